@@ -1,0 +1,35 @@
+// Per-thread recycling pools for coroutine frames and task headers.
+//
+// Shape: size classes of 64 bytes up to 4096 bytes; each thread (in practice
+// each worker) keeps a free list per class, at most 16 MiB of free blocks in
+// all, so steady-state spawn/await does not call malloc. A block may
+// be freed on another thread than the one that allocated it: it then joins the
+// freeing thread's list (the pools are caches, not owners). Larger requests go
+// to ::operator new.
+//
+// Thread-safety: each function touches only the calling thread's lists.
+// Design source: seed 002 (Volt) and DESIGN.md "Coroutine frames are allocated
+// from per-worker recycling pools"; the layout follows tcmalloc's per-thread
+// caches in miniature.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace spindle::detail {
+
+/// Allocates `bytes` bytes (aligned to alignof(std::max_align_t)).
+/// Throws std::bad_alloc when the system allocator does.
+[[nodiscard]] void* frame_allocate(std::size_t bytes);
+
+/// Returns a block obtained from frame_allocate with the same `bytes`.
+void frame_deallocate(void* block, std::size_t bytes) noexcept;
+
+/// Counters of the calling thread's pool (for tests and benchmarks).
+struct frame_pool_counters {
+  std::uint64_t pool_hits = 0;    ///< allocations served from a free list
+  std::uint64_t pool_misses = 0;  ///< allocations that went to ::operator new
+};
+[[nodiscard]] frame_pool_counters frame_pool_thread_counters() noexcept;
+
+}  // namespace spindle::detail

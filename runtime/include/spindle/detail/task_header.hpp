@@ -1,0 +1,100 @@
+// The header of a spawned task and the calls awaiters make into the scheduler.
+//
+// Shape: one header per spawned task (64-byte class from the frame pool) that
+// owns the root coroutine frame. Its `state` word packs the scheduling bits
+// and a reference count:
+//
+//   bit 0 SCHEDULED   in a queue (or handed to a worker), will be polled
+//   bit 1 RUNNING     a worker is resuming it now
+//   bit 2 NOTIFIED    woken while RUNNING: re-queued when the poll returns
+//   bit 3 COMPLETE    finished (normally, with an exception, or cancelled)
+//   bit 4 CANCELLED   abort() was called or the runtime shut down
+//   bit 5 JOIN_INTEREST  a join handle still refers to the task
+//   bit 6 JOIN_WAKER  a join waiter is registered in `waiter`
+//   bits 8..63        reference count (scheduler's reference + join handle's)
+//
+// A wake that arrives while the task runs only sets NOTIFIED; the worker that
+// polls it re-queues it after the poll, so no wake-up is lost and the task is
+// never in two queues at once.
+//
+// Thread-safety: `state` is the only field written by several threads; every
+// other field is written by whoever holds the RUNNING bit (or SCHEDULED before
+// the first poll), or, for `waiter`, published by the JOIN_WAKER bit.
+// Design source: Tokio's task header / state.rs, Volt's 64-bit packed state
+// (seed 002), the notified-while-running rule of seed 004.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+
+#include "spindle/task.hpp"
+
+namespace spindle::detail {
+
+class scheduler;
+
+namespace state_bits {
+inline constexpr std::uint64_t scheduled = 1u << 0;
+inline constexpr std::uint64_t running = 1u << 1;
+inline constexpr std::uint64_t notified = 1u << 2;
+inline constexpr std::uint64_t complete = 1u << 3;
+inline constexpr std::uint64_t cancelled = 1u << 4;
+inline constexpr std::uint64_t join_interest = 1u << 5;
+inline constexpr std::uint64_t join_waker = 1u << 6;
+inline constexpr std::uint64_t ref_one = 1u << 8;
+}  // namespace state_bits
+
+/// Something waiting for a task to complete: a task awaiting a join handle,
+/// or a thread inside block_on. `notify` is called once, from the thread that
+/// completes the task.
+struct join_waiter {
+  void (*notify)(join_waiter* self) noexcept = nullptr;
+};
+
+struct task_header {
+  std::atomic<std::uint64_t> state{0};
+  task_header* next = nullptr;             ///< run-queue / global-queue link
+  std::coroutine_handle<> resume_point{};  ///< what the next poll resumes
+  std::coroutine_handle<> root{};          ///< the spawned frame; null once destroyed
+  promise_base* promise = nullptr;         ///< the root's promise (result, exception)
+  join_waiter* waiter = nullptr;           ///< published by JOIN_WAKER
+  scheduler* sched = nullptr;              ///< the runtime the task belongs to
+  task_header* owned_prev = nullptr;       ///< owned-task list links (shutdown)
+  task_header* owned_next = nullptr;
+  std::uint32_t owned_list = 0;          ///< which owned-task list holds it
+  bool cancelled_before_finish = false;  ///< the frame was destroyed, not finished
+};
+
+/// Inside a running spindle task: records `resume_at` as the point the next
+/// poll resumes and returns the task. Outside a task returns nullptr.
+/// Called by awaiters from await_suspend.
+task_header* suspend_current(std::coroutine_handle<> resume_at) noexcept;
+
+/// The task the calling thread is polling now, or nullptr.
+[[nodiscard]] task_header* current_task() noexcept;
+
+/// Wakes a task: schedules it if it is idle, marks it NOTIFIED if it is
+/// running, does nothing if it is already scheduled or complete. Any thread.
+void wake(task_header* task) noexcept;
+
+/// Registers `waiter` to be notified when `task` completes. Returns false
+/// (and registers nothing) when the task is already complete.
+[[nodiscard]] bool join_register(task_header* task, join_waiter* waiter) noexcept;
+
+/// Removes a registration made by join_register if it was not notified yet.
+/// Returns true when it was removed, false when the notify has happened or is
+/// under way (then the caller must wait for it).
+bool join_unregister(task_header* task) noexcept;
+
+/// The join handle's side: drops join interest and the handle's reference.
+void join_detach(task_header* task) noexcept;
+
+/// Requests cancellation (join_handle::abort).
+void task_abort(task_header* task) noexcept;
+
+[[nodiscard]] inline bool task_is_complete(task_header const* task) noexcept {
+  return (task->state.load(std::memory_order_acquire) & state_bits::complete) != 0;
+}
+
+}  // namespace spindle::detail

@@ -1,0 +1,123 @@
+// spindle::join_handle<T>: the owner's view of a spawned task.
+//
+// Shape: a move-only reference (one pointer) to a task header. `co_await h`
+// suspends the awaiting task until the spawned task completes, then yields its
+// T or rethrows its exception; the result can be taken once. Dropping the
+// handle detaches the task: it keeps running, and an exception it ends with
+// is counted in runtime_stats::detached_exceptions and reported on stderr.
+// A handle dropped after completion with an exception nobody took reports it
+// on stderr too, so no exception is lost silently.
+//
+// Errors: awaiting throws spindle::task_cancelled if the task was aborted or
+// destroyed by runtime shutdown before it finished; std::system_error with
+// std::errc::invalid_argument when the handle is empty or its result was
+// already taken; std::system_error with std::errc::operation_not_permitted
+// when awaited outside a spindle task (use runtime::block_on there).
+//
+// Thread-safety: one handle is used by one thread at a time; is_finished() and
+// abort() may race with the task running on any worker.
+// Design source: Tokio's JoinHandle (detach on drop, abort), seed 000
+// (exceptions stored in the handle and rethrown at join).
+#pragma once
+
+#include <system_error>
+#include <utility>
+
+#include "spindle/detail/task_header.hpp"
+#include "spindle/errors.hpp"
+
+namespace spindle {
+
+template <class T>
+class [[nodiscard]] join_handle {
+ public:
+  join_handle() noexcept = default;
+  explicit join_handle(detail::task_header* task) noexcept : task_(task) {}
+  join_handle(join_handle&& other) noexcept
+      : task_(std::exchange(other.task_, nullptr)), taken_(std::exchange(other.taken_, false)) {}
+  join_handle& operator=(join_handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      task_ = std::exchange(other.task_, nullptr);
+      taken_ = std::exchange(other.taken_, false);
+    }
+    return *this;
+  }
+  join_handle(join_handle const&) = delete;
+  join_handle& operator=(join_handle const&) = delete;
+  ~join_handle() { reset(); }
+
+  /// True once the task has completed (normally, with an exception, or cancelled).
+  [[nodiscard]] bool is_finished() const noexcept {
+    return task_ != nullptr && detail::task_is_complete(task_);
+  }
+
+  /// Requests cancellation: a task that has not finished is stopped at its
+  /// next resumption (its frame destroyed, destructors run) and awaiting the
+  /// handle throws task_cancelled. A no-op on a finished task.
+  void abort() noexcept {
+    if (task_ != nullptr) detail::task_abort(task_);
+  }
+
+  /// True when the handle refers to a task.
+  [[nodiscard]] bool valid() const noexcept { return task_ != nullptr; }
+
+  struct awaiter : detail::join_waiter {
+    join_handle* handle;
+    detail::task_header* self = nullptr;
+
+    explicit awaiter(join_handle* h) noexcept : handle(h) {}
+    bool await_ready() const {
+      handle->check_awaitable();
+      return detail::task_is_complete(handle->task_);
+    }
+    bool await_suspend(std::coroutine_handle<> caller) {
+      self = detail::suspend_current(caller);
+      if (self == nullptr) {
+        throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                                "spindle: join_handle awaited outside a spindle task");
+      }
+      notify = &awaiter::on_complete;
+      return detail::join_register(handle->task_, this);
+    }
+    T await_resume() { return handle->take(); }
+
+    static void on_complete(detail::join_waiter* w) noexcept {
+      detail::wake(static_cast<awaiter*>(w)->self);
+    }
+  };
+
+  /// Waits for the task; yields its value or rethrows its exception.
+  awaiter operator co_await() & noexcept { return awaiter{this}; }
+  awaiter operator co_await() && noexcept { return awaiter{this}; }
+
+  /// Takes the result of a finished task (used by block_on and awaiters).
+  /// Precondition: is_finished().
+  T take() {
+    check_awaitable();
+    taken_ = true;
+    if (task_->cancelled_before_finish) throw task_cancelled{};
+    return static_cast<detail::promise<T>*>(task_->promise)->take_result();
+  }
+
+  /// The header (for the runtime and tests).
+  [[nodiscard]] detail::task_header* header() const noexcept { return task_; }
+
+ private:
+  void check_awaitable() const {
+    if (task_ == nullptr || taken_) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              task_ == nullptr ? "spindle: empty join_handle"
+                                               : "spindle: join_handle result already taken");
+    }
+  }
+  void reset() noexcept {
+    if (task_ != nullptr) detail::join_detach(std::exchange(task_, nullptr));
+    taken_ = false;
+  }
+
+  detail::task_header* task_ = nullptr;
+  bool taken_ = false;
+};
+
+}  // namespace spindle

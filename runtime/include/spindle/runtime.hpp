@@ -1,0 +1,156 @@
+// spindle::runtime: the work-stealing scheduler and its I/O driver.
+//
+// Shape: `workers` threads, each with a LIFO slot, a 256-entry lock-free ring
+// (run queue) and a 32-entry batch buffer for the global (inject) queue; each
+// tick polls at most `budget` (128) tasks, then reaps I/O completions. Idle
+// workers search (at most half of them at once), then park on a futex word,
+// or inside the io_uring ring when they have I/O in flight. See DESIGN.md,
+// "Scheduler", for the full protocol.
+//
+// Errors: the constructor throws std::system_error with
+// std::errc::function_not_supported (ENOSYS) or the errno of io_uring setup
+// (EPERM, ENOMEM) when `io == io_backend::uring` and io_uring cannot be used;
+// with `automatic` it falls back to the thread-pool backend instead.
+// std::system_error(std::errc::resource_unavailable_try_again) when a worker
+// thread cannot be started. block_on called from one of this runtime's
+// workers throws std::system_error(std::errc::resource_deadlock_would_occur).
+//
+// Thread-safety: spawn(), stats(), worker_count() and io_backend_in_use() may
+// be called from any thread; block_on() from any thread that is not one of
+// this runtime's workers (several at once is fine). The destructor must not
+// race with other calls on the same runtime.
+// Design source: Volt (seed 002) for the scheduler shape, Tokio's
+// multi-threaded scheduler for the idle/park protocol, seed 000 for the
+// lifecycle word (accepting bit + in-flight count).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <system_error>
+
+#include "spindle/detail/task_header.hpp"
+#include "spindle/join_handle.hpp"
+#include "spindle/stats.hpp"
+#include "spindle/task.hpp"
+
+namespace spindle {
+
+/// Which I/O driver completes file operations.
+enum class io_backend : std::uint8_t {
+  automatic,   ///< io_uring when it can be set up, else the thread pool (SPINDLE_IO overrides)
+  uring,       ///< io_uring or an error
+  threadpool,  ///< blocking system calls on a pool of threads
+};
+
+/// Runtime settings (an aggregate: use designated initializers).
+struct runtime_config {
+  std::size_t workers = 0;                     ///< worker threads; 0 = hardware_concurrency()
+  std::uint64_t seed = 0x853c49e6748fea9bULL;  ///< victim-selection RNG seed
+  std::uint32_t budget = 128;                  ///< polls per tick (>= 1)
+  bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu
+  io_backend io = io_backend::automatic;       ///< see io_backend; env SPINDLE_IO=uring|threadpool
+                                               ///< applies when this is `automatic`
+  std::uint32_t ring_entries = 256;            ///< io_uring submission queue entries per worker
+  std::size_t blocking_threads = 0;  ///< thread-pool backend threads; 0 = 2 x workers, >= 4
+};
+
+namespace detail {
+class scheduler;
+/// The scheduler of the calling thread (a worker, or a thread inside
+/// block_on), or nullptr.
+[[nodiscard]] scheduler* current_scheduler() noexcept;
+/// Spawns `root` on `sched`. Returns a header holding a reference for the
+/// join handle. After shutdown the frame is destroyed and the returned task
+/// is complete and cancelled.
+[[nodiscard]] task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root,
+                                      promise_base* promise);
+/// Runs tasks inline on the calling (non-worker) thread until `task` completes.
+void block_until_complete(scheduler* sched, task_header* task);
+}  // namespace detail
+
+class runtime {
+ public:
+  /// Starts the workers and the I/O driver. See the file comment for errors.
+  explicit runtime(runtime_config config = {});
+  /// Shuts down: refuses new spawns, stops the workers, cancels in-flight I/O
+  /// and waits for its completions, destroys every task frame that did not
+  /// finish (their join handles then report task_cancelled), joins threads.
+  ~runtime();
+  runtime(runtime const&) = delete;
+  runtime& operator=(runtime const&) = delete;
+
+  /// Runs `t` to completion from a non-worker thread; the calling thread runs
+  /// queued tasks inline while it waits (block-on-complete). Returns the
+  /// task's value or rethrows its exception.
+  template <class T>
+  T block_on(task<T> t) {
+    auto frame = t.release();
+    if (!frame) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              "spindle: block_on of an empty task");
+    }
+    join_handle<T> handle{detail::spawn_root(sched_.get(), frame, &frame.promise())};
+    detail::block_until_complete(sched_.get(), handle.header());
+    return handle.take();
+  }
+
+  /// Spawns `t` from any thread; it runs on the workers. An empty task
+  /// throws std::system_error(std::errc::invalid_argument).
+  template <class T>
+  join_handle<T> spawn(task<T> t) {
+    auto frame = t.release();
+    if (!frame) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              "spindle: spawn of an empty task");
+    }
+    return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise())};
+  }
+
+  /// A snapshot of the counters (any thread).
+  [[nodiscard]] runtime_stats stats() const;
+  /// Number of worker threads.
+  [[nodiscard]] std::size_t worker_count() const noexcept;
+  /// The I/O backend chosen at construction; never `automatic`.
+  [[nodiscard]] spindle::io_backend io_backend_in_use() const noexcept;
+
+  /// The scheduler (for io/ and tests).
+  [[nodiscard]] detail::scheduler* scheduler_handle() const noexcept { return sched_.get(); }
+
+ private:
+  std::unique_ptr<detail::scheduler> sched_;
+};
+
+/// Spawns `t` on the runtime of the calling thread: a worker or a thread
+/// inside block_on. Elsewhere throws
+/// std::system_error(std::errc::operation_not_permitted).
+template <class T>
+join_handle<T> spawn(task<T> t) {
+  detail::scheduler* sched = detail::current_scheduler();
+  if (sched == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "spindle::spawn called outside a spindle runtime");
+  }
+  auto frame = t.release();
+  if (!frame) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle: spawn of an empty task");
+  }
+  return join_handle<T>{detail::spawn_root(sched, frame, &frame.promise())};
+}
+
+/// Awaitable that re-queues the current task at the back of its worker's run
+/// queue so that other tasks run first. Outside a spindle task it completes
+/// at once.
+struct yield_now {
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> caller) const noexcept {
+    detail::task_header* self = detail::suspend_current(caller);
+    if (self == nullptr) return false;
+    detail::wake(self);  // RUNNING -> NOTIFIED: re-queued when this poll returns
+    return true;
+  }
+  void await_resume() const noexcept {}
+};
+
+}  // namespace spindle

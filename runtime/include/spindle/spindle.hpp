@@ -1,0 +1,15 @@
+// Umbrella header: everything a spindle user needs, runtime and io.
+//
+//   #include <spindle/spindle.hpp>
+//   spindle::runtime rt{{.workers = 4}};
+//   int v = rt.block_on(compute());
+//
+// Design source: DESIGN.md "Public contract".
+#pragma once
+
+#include "spindle/errors.hpp"
+#include "spindle/io.hpp"
+#include "spindle/join_handle.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/stats.hpp"
+#include "spindle/task.hpp"

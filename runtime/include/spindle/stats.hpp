@@ -1,0 +1,44 @@
+// spindle::runtime_stats: a snapshot of the scheduler's counters.
+//
+// Shape: per-worker counters (kept by each worker without atomics contention:
+// written by the owner, read relaxed by stats()) merged into totals. All
+// counts are events since the runtime started.
+//
+// Thread-safety: runtime::stats() may be called from any thread at any time;
+// the snapshot is not atomic across counters.
+// Design source: Volt's Stats (seed 002), Tokio's RuntimeMetrics.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace spindle {
+
+/// Counters of one worker.
+struct worker_stats {
+  std::uint64_t spawned = 0;               ///< tasks spawned from this worker
+  std::uint64_t polled = 0;                ///< task polls (resumptions)
+  std::uint64_t stolen = 0;                ///< tasks stolen from other workers
+  std::uint64_t steal_operations = 0;      ///< successful steal operations
+  std::uint64_t parked = 0;                ///< times the worker parked
+  std::uint64_t lifo_hits = 0;             ///< polls served from the LIFO slot
+  std::uint64_t global_batch_fetches = 0;  ///< batches taken from the global queue
+  std::uint64_t overflows = 0;             ///< ring overflows (128 tasks moved to the global queue)
+  std::uint64_t io_completions = 0;        ///< I/O completions reaped
+  std::uint32_t global_check_interval = 0;  ///< current EWMA-derived interval (polls)
+};
+
+/// Totals over all workers, plus per-worker counters.
+struct runtime_stats {
+  std::uint64_t total_spawned = 0;  ///< tasks spawned (workers and other threads)
+  std::uint64_t total_polled = 0;
+  std::uint64_t total_stolen = 0;
+  std::uint64_t total_parked = 0;
+  std::uint64_t lifo_hits = 0;
+  std::uint64_t global_batch_fetches = 0;
+  std::uint64_t detached_exceptions = 0;  ///< exceptions ended with by detached tasks
+  std::uint64_t tasks_alive = 0;          ///< spawned tasks not yet complete
+  std::vector<worker_stats> workers;
+};
+
+}  // namespace spindle

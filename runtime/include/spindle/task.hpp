@@ -1,0 +1,179 @@
+// spindle::task<T>: the lazy coroutine type of spindle.
+//
+// Shape: a move-only owner of one coroutine frame. The coroutine does not run
+// when created; it starts when it is awaited (`co_await t` runs it inline with
+// symmetric transfer and yields its T or rethrows its exception) or when it is
+// handed to spawn()/block_on(). Dropping a task that never ran destroys its
+// frame without running it.
+//
+// Frames come from per-thread recycling pools (detail/frame_pool.hpp).
+// Coroutine functions should take parameters by value: a lazy task outlives
+// the temporaries of the expression that created it.
+//
+// Thread-safety: a task object is not shared; one thread at a time uses it.
+// Design source: cppcoro's task<T> (lazy start, symmetric transfer through
+// final_suspend), libfork's split of promise internals under detail/.
+#pragma once
+
+#include <coroutine>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "spindle/detail/frame_pool.hpp"
+
+namespace spindle {
+
+template <class T = void>
+class task;
+
+namespace detail {
+
+/// The part of every task promise that the scheduler sees: the continuation
+/// to transfer to at final_suspend (null for a spawned root) and the stored
+/// exception.
+class promise_base {
+ public:
+  static void* operator new(std::size_t bytes) { return frame_allocate(bytes); }
+  static void operator delete(void* frame, std::size_t bytes) noexcept {
+    frame_deallocate(frame, bytes);
+  }
+
+  std::suspend_always initial_suspend() const noexcept { return {}; }
+
+  struct final_awaiter {
+    bool await_ready() const noexcept { return false; }
+    template <class Promise>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
+      std::coroutine_handle<> next = self.promise().continuation_;
+      return next ? next : std::noop_coroutine();
+    }
+    void await_resume() const noexcept {}
+  };
+  final_awaiter final_suspend() const noexcept { return {}; }
+
+  void unhandled_exception() noexcept { exception_ = std::current_exception(); }
+
+  void set_continuation(std::coroutine_handle<> next) noexcept { continuation_ = next; }
+  [[nodiscard]] bool has_exception() const noexcept { return exception_ != nullptr; }
+  [[nodiscard]] std::exception_ptr const& exception() const noexcept { return exception_; }
+
+ protected:
+  void rethrow_if_exception() {
+    if (exception_) std::rethrow_exception(std::exchange(exception_, nullptr));
+  }
+
+ private:
+  std::coroutine_handle<> continuation_{};
+  std::exception_ptr exception_{};
+};
+
+template <class T>
+class promise final : public promise_base {
+ public:
+  promise() noexcept {}
+  promise(promise const&) = delete;
+  ~promise() {
+    if (has_value_) value_.~T();
+  }
+
+  task<T> get_return_object() noexcept;
+
+  template <class U = T>
+  requires std::is_constructible_v<T, U&&>
+  void return_value(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    ::new (static_cast<void*>(&value_)) T(std::forward<U>(value));
+    has_value_ = true;
+  }
+
+  /// Moves the result out, or rethrows the stored exception.
+  T take_result() {
+    rethrow_if_exception();
+    return std::move(value_);
+  }
+
+ private:
+  union {
+    T value_;
+  };
+  bool has_value_ = false;
+};
+
+template <>
+class promise<void> final : public promise_base {
+ public:
+  task<void> get_return_object() noexcept;
+  void return_void() const noexcept {}
+  void take_result() { rethrow_if_exception(); }
+};
+
+}  // namespace detail
+
+/// Lazy, move-only coroutine; `co_await` it to run it and get its T.
+template <class T>
+class [[nodiscard]] task {
+ public:
+  using promise_type = detail::promise<T>;
+  using value_type = T;
+
+  task() noexcept = default;
+  explicit task(std::coroutine_handle<promise_type> frame) noexcept : frame_(frame) {}
+  task(task&& other) noexcept : frame_(std::exchange(other.frame_, {})) {}
+  task& operator=(task&& other) noexcept {
+    if (this != &other) {
+      reset();
+      frame_ = std::exchange(other.frame_, {});
+    }
+    return *this;
+  }
+  task(task const&) = delete;
+  task& operator=(task const&) = delete;
+  ~task() { reset(); }
+
+  /// True when the task holds a coroutine frame.
+  [[nodiscard]] bool valid() const noexcept { return static_cast<bool>(frame_); }
+  /// True when the coroutine has run to completion.
+  [[nodiscard]] bool done() const noexcept { return !frame_ || frame_.done(); }
+
+  struct awaiter {
+    std::coroutine_handle<promise_type> frame;
+    bool await_ready() const noexcept { return !frame || frame.done(); }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
+      frame.promise().set_continuation(caller);
+      return frame;
+    }
+    T await_resume() {
+      if (!frame) throw std::invalid_argument("spindle::task: awaiting an empty task");
+      return frame.promise().take_result();
+    }
+  };
+  /// Runs the task inline; yields its value or rethrows its exception.
+  /// Awaiting an empty (moved-from) task throws std::invalid_argument.
+  awaiter operator co_await() && noexcept { return awaiter{frame_}; }
+  awaiter operator co_await() & noexcept { return awaiter{frame_}; }
+
+  /// Gives up ownership of the frame (used by spawn and block_on).
+  [[nodiscard]] std::coroutine_handle<promise_type> release() noexcept {
+    return std::exchange(frame_, {});
+  }
+
+ private:
+  void reset() noexcept {
+    if (frame_) std::exchange(frame_, {}).destroy();
+  }
+  std::coroutine_handle<promise_type> frame_{};
+};
+
+namespace detail {
+template <class T>
+task<T> promise<T>::get_return_object() noexcept {
+  return task<T>{std::coroutine_handle<promise<T>>::from_promise(*this)};
+}
+inline task<void> promise<void>::get_return_object() noexcept {
+  return task<void>{std::coroutine_handle<promise<void>>::from_promise(*this)};
+}
+}  // namespace detail
+
+}  // namespace spindle

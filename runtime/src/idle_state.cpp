@@ -1,0 +1,100 @@
+#include "idle_state.hpp"
+
+#include <bit>
+
+#include "spindle/detail/driver.hpp"
+
+namespace spindle::detail {
+
+idle_state::idle_state(std::size_t workers)
+    : workers_(static_cast<std::uint32_t>(workers)),
+      state_(unparked_one * workers),
+      parked_bitmap_((workers + 63) / 64, 0) {}
+
+bool idle_state::notify_should_wakeup() const noexcept {
+  std::uint64_t s = state_.load(std::memory_order_seq_cst);
+  return searching_of(s) == 0 && unparked_of(s) < workers_;
+}
+
+bool idle_state::transition_worker_to_searching() noexcept {
+  std::uint64_t s = state_.load(std::memory_order_seq_cst);
+  if (2 * searching_of(s) >= workers_) return false;
+  // Not a CAS: like Tokio, a brief overshoot of the limit is harmless.
+  state_.fetch_add(searching_one, std::memory_order_seq_cst);
+  return true;
+}
+
+bool idle_state::transition_worker_from_searching() noexcept {
+  std::uint64_t prev = state_.fetch_sub(searching_one, std::memory_order_seq_cst);
+  return searching_of(prev) == 1;
+}
+
+std::size_t idle_state::worker_to_notify() noexcept {
+  if (!notify_should_wakeup()) return not_a_worker;
+  std::lock_guard lock(mutex_);
+  if (!notify_should_wakeup()) return not_a_worker;
+  std::size_t index = pop_parked_locked();
+  if (index == not_a_worker) return not_a_worker;
+  state_.fetch_add(searching_one + unparked_one, std::memory_order_seq_cst);
+  return index;
+}
+
+bool idle_state::transition_worker_to_parked(std::size_t index, bool is_searching) noexcept {
+  std::lock_guard lock(mutex_);
+  std::uint64_t dec = unparked_one + (is_searching ? searching_one : 0);
+  std::uint64_t prev = state_.fetch_sub(dec, std::memory_order_seq_cst);
+  std::uint64_t& word = parked_bitmap_[index / 64];
+  std::uint64_t bit = std::uint64_t{1} << (index % 64);
+  if ((word & bit) == 0) {
+    word |= bit;
+    ++num_parked_;
+  }
+  return is_searching && searching_of(prev) == 1;
+}
+
+bool idle_state::unpark_worker_by_id(std::size_t index) noexcept {
+  std::lock_guard lock(mutex_);
+  if (!test_and_clear_locked(index)) return false;
+  state_.fetch_add(unparked_one, std::memory_order_seq_cst);
+  return true;
+}
+
+bool idle_state::is_parked(std::size_t index) noexcept {
+  std::lock_guard lock(mutex_);
+  return (parked_bitmap_[index / 64] >> (index % 64)) & 1;
+}
+
+std::vector<std::size_t> idle_state::take_all_parked() {
+  std::vector<std::size_t> out;
+  std::lock_guard lock(mutex_);
+  for (;;) {
+    std::size_t index = pop_parked_locked();
+    if (index == not_a_worker) break;
+    state_.fetch_add(unparked_one, std::memory_order_seq_cst);
+    out.push_back(index);
+  }
+  return out;
+}
+
+std::size_t idle_state::pop_parked_locked() noexcept {
+  if (num_parked_ == 0) return not_a_worker;
+  for (std::size_t w = 0; w < parked_bitmap_.size(); ++w) {
+    if (parked_bitmap_[w] != 0) {
+      std::size_t index = w * 64 + static_cast<std::size_t>(std::countr_zero(parked_bitmap_[w]));
+      test_and_clear_locked(index);
+      return index;
+    }
+  }
+  return not_a_worker;
+}
+
+bool idle_state::test_and_clear_locked(std::size_t index) noexcept {
+  std::uint64_t& word = parked_bitmap_[index / 64];
+  std::uint64_t bit = std::uint64_t{1} << (index % 64);
+  if ((word & bit) == 0) return false;
+  word &= ~bit;
+  --num_parked_;
+  return true;
+}
+
+}  // namespace spindle::detail

@@ -1,0 +1,80 @@
+// Which workers are searching for work and which are parked.
+//
+// Shape: one atomic u64 packs {num_unparked: u32, num_searching: u32} so that
+// "is a wake-up needed?" is one load on the spawn path; a mutex-protected
+// parked bitmap (one bit per worker, any number of workers, scanned a 64-bit
+// word at a time with countr_zero) records who sleeps.
+//
+// Protocol ("last searcher must notify"):
+//  - A producer that makes work visible calls worker_to_notify(): when no
+//    worker is searching and some are parked it claims one parked worker,
+//    counting it as unparked and searching, and the caller unparks it.
+//  - At most half of the workers search at once (transition_worker_to_searching).
+//  - A searcher that finds work leaves the searching state; if it was the
+//    last searcher it must notify another worker (there may be more work).
+//  - A worker that parks while searching and was the last searcher must
+//    re-check every queue after registering as parked, and notify if it
+//    finds work (closes the race with producers that saw a searcher).
+//
+// Thread-safety: all members may be called from any thread.
+// Design source: Volt's IdleState (seed 002), Tokio's idle.rs.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace spindle::detail {
+
+class idle_state {
+ public:
+  explicit idle_state(std::size_t workers);
+
+  /// Returns true when the worker may search (fewer than half search now).
+  bool transition_worker_to_searching() noexcept;
+  /// A searcher stops searching (it found work). Returns true when it was the
+  /// last searcher: the caller must then notify a parked worker.
+  bool transition_worker_from_searching() noexcept;
+  /// Claims a parked worker to wake, or returns not_a_worker when a searcher
+  /// is awake or nobody is parked.
+  std::size_t worker_to_notify() noexcept;
+  /// Worker `index` parks. Returns true when it was the last searcher.
+  bool transition_worker_to_parked(std::size_t index, bool is_searching) noexcept;
+  /// Worker `index` woke without being claimed (I/O completion, spurious):
+  /// removes it from the parked set. Returns true when it was there.
+  bool unpark_worker_by_id(std::size_t index) noexcept;
+  /// True while worker `index` is registered as parked.
+  [[nodiscard]] bool is_parked(std::size_t index) noexcept;
+  /// Claims every parked worker (shutdown); returns their indices.
+  std::vector<std::size_t> take_all_parked();
+
+  [[nodiscard]] std::uint32_t num_searching() const noexcept {
+    return searching_of(state_.load(std::memory_order_acquire));
+  }
+  [[nodiscard]] std::uint32_t num_unparked() const noexcept {
+    return unparked_of(state_.load(std::memory_order_acquire));
+  }
+
+ private:
+  static constexpr std::uint64_t searching_one = 1;
+  static constexpr std::uint64_t unparked_one = std::uint64_t{1} << 32;
+  static constexpr std::uint32_t searching_of(std::uint64_t s) noexcept {
+    return static_cast<std::uint32_t>(s);
+  }
+  static constexpr std::uint32_t unparked_of(std::uint64_t s) noexcept {
+    return static_cast<std::uint32_t>(s >> 32);
+  }
+  [[nodiscard]] bool notify_should_wakeup() const noexcept;
+  std::size_t pop_parked_locked() noexcept;
+  bool test_and_clear_locked(std::size_t index) noexcept;
+
+  std::uint32_t workers_;
+  std::atomic<std::uint64_t> state_;
+  std::mutex mutex_;
+  std::vector<std::uint64_t> parked_bitmap_;  // guarded by mutex_
+  std::size_t num_parked_ = 0;                // guarded by mutex_
+};
+
+}  // namespace spindle::detail

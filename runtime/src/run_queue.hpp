@@ -1,0 +1,191 @@
+// A worker's local run queue: the 256-slot lock-free ring buffer.
+//
+// Shape: `slots` holds 256 task pointers; `tail` (u32) is written only by the
+// owning worker; `head` (u64) packs two u32 positions {steal_head, real_head}.
+// real_head is where the owner pops; steal_head trails it while a stealer is
+// copying the range it claimed. The owner pushes at tail and pops at
+// real_head; a stealer claims half of the queue by moving real_head (claim),
+// copies the claimed slots into its own ring (copy), then moves steal_head up
+// to real_head (release). While a steal is in progress (steal_head !=
+// real_head) no other stealer can claim, and the owner may not overwrite the
+// claimed slots. When the ring is full the owner moves half of it (128 tasks)
+// plus the new one to the global queue in one batch.
+//
+// Positions are u32 (wrapping) in one u64 head word: Tokio moved from 16-bit
+// halves to 32-bit ones because 16-bit positions can wrap around (ABA) while
+// a stealer is preempted between its claim and its release.
+//
+// Thread-safety: push_back, pop, push_overflow: owner thread only.
+// steal_into: any other worker (the destination is the stealer's own queue).
+// len/is_empty: any thread (approximate when racing).
+// Design source: Volt's WorkStealQueue (seed 002), Tokio's queue.rs.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "global_queue.hpp"
+#include "spindle/detail/task_header.hpp"
+
+namespace spindle::detail {
+
+class run_queue {
+ public:
+  static constexpr std::uint32_t capacity = 256;
+  static constexpr std::uint32_t mask = capacity - 1;
+  static constexpr std::uint32_t overflow_batch = capacity / 2;
+
+  run_queue() noexcept {
+    for (auto& slot : slots_)
+      slot.store(nullptr, std::memory_order_relaxed);
+  }
+  run_queue(run_queue const&) = delete;
+  run_queue& operator=(run_queue const&) = delete;
+
+  /// Owner: appends `task`; on a full ring moves 128 tasks and `task` to
+  /// `overflow` in one batch. Returns true when it overflowed.
+  bool push_back(task_header* task, global_queue& overflow) noexcept {
+    for (;;) {
+      std::uint64_t head = head_.load(std::memory_order_acquire);
+      std::uint32_t steal = steal_of(head);
+      std::uint32_t real = real_of(head);
+      std::uint32_t tail = tail_.load(std::memory_order_relaxed);
+      if (tail - steal < capacity) {
+        slots_[tail & mask].store(task, std::memory_order_relaxed);
+        tail_.store(tail + 1, std::memory_order_release);
+        return false;
+      }
+      if (steal != real) {
+        // A stealer is copying out of the ring: it frees space soon, but we
+        // may not move the claimed range; this one task goes global.
+        overflow.push(task);
+        return true;
+      }
+      if (push_overflow(task, real, tail, overflow)) return true;
+      // A stealer claimed in between: there is room now; retry.
+    }
+  }
+
+  /// Owner: removes the task at the front, or returns nullptr.
+  task_header* pop() noexcept {
+    std::uint64_t head = head_.load(std::memory_order_acquire);
+    for (;;) {
+      std::uint32_t steal = steal_of(head);
+      std::uint32_t real = real_of(head);
+      std::uint32_t tail = tail_.load(std::memory_order_relaxed);
+      if (real == tail) return nullptr;
+      std::uint32_t next_real = real + 1;
+      std::uint64_t next = steal == real ? pack(next_real, next_real) : pack(steal, next_real);
+      if (head_.compare_exchange_weak(head, next, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        return slots_[real & mask].load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+  /// Stealer: moves half of this queue into `dst` (the caller's own queue,
+  /// which must have room for half a ring) and returns one stolen task to run
+  /// now, or nullptr. `*stolen` receives the number of tasks taken.
+  task_header* steal_into(run_queue& dst, std::uint32_t* stolen) noexcept {
+    *stolen = 0;
+    std::uint32_t dst_tail = dst.tail_.load(std::memory_order_relaxed);
+    std::uint32_t dst_steal = steal_of(dst.head_.load(std::memory_order_acquire));
+    if (dst_tail - dst_steal > capacity / 2) return nullptr;  // no room: we have work anyway
+
+    std::uint32_t n = claim_and_copy(dst, dst_tail);
+    if (n == 0) return nullptr;
+    *stolen = n;
+    --n;  // the last copied task is returned instead of published
+    task_header* ret = dst.slots_[(dst_tail + n) & mask].load(std::memory_order_relaxed);
+    if (n > 0) dst.tail_.store(dst_tail + n, std::memory_order_release);
+    return ret;
+  }
+
+  /// Number of tasks (approximate when racing).
+  [[nodiscard]] std::uint32_t len() const noexcept {
+    std::uint64_t head = head_.load(std::memory_order_acquire);
+    std::uint32_t tail = tail_.load(std::memory_order_acquire);
+    return tail - real_of(head);
+  }
+  [[nodiscard]] bool is_empty() const noexcept { return len() == 0; }
+  /// Free slots for the owner's pushes.
+  [[nodiscard]] std::uint32_t remaining_slots() const noexcept {
+    std::uint64_t head = head_.load(std::memory_order_acquire);
+    return capacity - (tail_.load(std::memory_order_relaxed) - steal_of(head));
+  }
+
+ private:
+  static constexpr std::uint32_t steal_of(std::uint64_t head) noexcept {
+    return static_cast<std::uint32_t>(head >> 32);
+  }
+  static constexpr std::uint32_t real_of(std::uint64_t head) noexcept {
+    return static_cast<std::uint32_t>(head);
+  }
+  static constexpr std::uint64_t pack(std::uint32_t steal, std::uint32_t real) noexcept {
+    return (static_cast<std::uint64_t>(steal) << 32) | real;
+  }
+
+  bool push_overflow(task_header* task, std::uint32_t head, std::uint32_t tail,
+                     global_queue& overflow) noexcept {
+    // Claim overflow_batch tasks from the front, as a stealer would.
+    std::uint64_t expected = pack(head, head);
+    std::uint64_t desired = pack(head + overflow_batch, head + overflow_batch);
+    if (tail - head != capacity) return false;
+    if (!head_.compare_exchange_strong(expected, desired, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+      return false;
+    }
+    task_header* first = slots_[head & mask].load(std::memory_order_relaxed);
+    task_header* prev = first;
+    for (std::uint32_t i = 1; i < overflow_batch; ++i) {
+      task_header* next = slots_[(head + i) & mask].load(std::memory_order_relaxed);
+      prev->next = next;
+      prev = next;
+    }
+    prev->next = task;
+    overflow.push_batch(first, task, overflow_batch + 1);
+    return true;
+  }
+
+  std::uint32_t claim_and_copy(run_queue& dst, std::uint32_t dst_tail) noexcept {
+    std::uint64_t prev = head_.load(std::memory_order_acquire);
+    std::uint64_t next = 0;
+    std::uint32_t n = 0;
+    for (;;) {
+      std::uint32_t src_steal = steal_of(prev);
+      std::uint32_t src_real = real_of(prev);
+      if (src_steal != src_real) return 0;  // another stealer is copying
+      std::uint32_t src_tail = tail_.load(std::memory_order_acquire);
+      n = src_tail - src_real;
+      n -= n / 2;  // take the larger half
+      if (n == 0) return 0;
+      next = pack(src_steal, src_real + n);
+      if (head_.compare_exchange_weak(prev, next, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        break;
+      }
+    }
+    std::uint32_t first = steal_of(next);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      task_header* task = slots_[(first + i) & mask].load(std::memory_order_relaxed);
+      dst.slots_[(dst_tail + i) & mask].store(task, std::memory_order_relaxed);
+    }
+    // Release: steal_head catches up with real_head (which the owner may
+    // have advanced by popping meanwhile).
+    prev = next;
+    for (;;) {
+      std::uint32_t real = real_of(prev);
+      if (head_.compare_exchange_weak(prev, pack(real, real), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        return n;
+      }
+    }
+  }
+
+  alignas(128) std::atomic<std::uint64_t> head_{0};
+  alignas(128) std::atomic<std::uint32_t> tail_{0};
+  alignas(128) std::atomic<task_header*> slots_[capacity];
+};
+
+}  // namespace spindle::detail

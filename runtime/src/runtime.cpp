@@ -1,0 +1,24 @@
+// spindle::runtime: the public face of the scheduler.
+#include "spindle/runtime.hpp"
+
+#include "scheduler.hpp"
+
+namespace spindle {
+
+runtime::runtime(runtime_config config) : sched_(std::make_unique<detail::scheduler>(config)) {}
+
+runtime::~runtime() = default;
+
+runtime_stats runtime::stats() const {
+  return sched_->stats();
+}
+
+std::size_t runtime::worker_count() const noexcept {
+  return sched_->worker_count();
+}
+
+spindle::io_backend runtime::io_backend_in_use() const noexcept {
+  return sched_->backend();
+}
+
+}  // namespace spindle

@@ -1,0 +1,94 @@
+// The scheduler behind spindle::runtime: workers, the global queue, the idle
+// state, the lifecycle word, the owned-task lists and the I/O driver.
+//
+// Thread-safety: spawn/schedule/stats from any thread; run_worker on the
+// worker's own thread; the destructor from the owner of the runtime.
+// Design source: Volt (seed 002), Tokio's multi_thread scheduler, seed 000.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "global_queue.hpp"
+#include "idle_state.hpp"
+#include "lifecycle.hpp"
+#include "owned_tasks.hpp"
+#include "spindle/detail/driver.hpp"
+#include "spindle/runtime.hpp"
+#include "worker.hpp"
+
+namespace spindle::detail {
+
+/// What the calling thread is: a worker of some scheduler, a thread inside
+/// block_on, or neither; and the task it is polling.
+struct thread_context {
+  scheduler* sched = nullptr;
+  worker* self = nullptr;
+  task_header* current = nullptr;
+};
+thread_context& this_thread_context() noexcept;
+
+class scheduler {
+ public:
+  explicit scheduler(runtime_config const& config);
+  ~scheduler();
+  scheduler(scheduler const&) = delete;
+  scheduler& operator=(scheduler const&) = delete;
+
+  task_header* spawn(std::coroutine_handle<> root, promise_base* promise);
+  /// Queues a task that was just marked SCHEDULED.
+  void schedule(task_header* task) noexcept;
+  void block_until_complete(task_header* task);
+
+  [[nodiscard]] runtime_stats stats() const;
+  [[nodiscard]] std::size_t worker_count() const noexcept { return workers_.size(); }
+  [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
+  [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
+  void unpark(std::size_t index) noexcept;
+  void count_io(std::size_t index, std::size_t n) noexcept {
+    workers_[index]->counters.io_completions.add(n);
+  }
+  /// Times termination was observed (tests: exactly once after shutdown).
+  [[nodiscard]] std::uint64_t terminations_observed() const noexcept {
+    return terminations_.load(std::memory_order_acquire);
+  }
+
+  // Task transitions (task.cpp uses these).
+  void complete(task_header* task, worker* w) noexcept;
+  void drop_reference(task_header* task) noexcept;
+  void report_detached_exception(task_header* task) noexcept;
+
+ private:
+  void run_worker(worker* w);
+  void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
+  void push_remote(task_header* task) noexcept;
+  void notify_parked() noexcept;
+  void notify_if_work_pending() noexcept;
+  task_header* next_task(worker* w) noexcept;
+  task_header* next_local(worker* w) noexcept;
+  task_header* fetch_global(worker* w) noexcept;
+  task_header* steal_work(worker* w) noexcept;
+  void run_task(worker* w, task_header* task) noexcept;
+  void cancel_task(task_header* task, worker* w) noexcept;
+  void transition_from_searching(worker* w) noexcept;
+  void park_worker(worker* w) noexcept;
+  bool transition_from_parked(worker* w) noexcept;
+  void end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept;
+  void observe_termination() noexcept;
+
+  runtime_config config_;
+  std::vector<std::unique_ptr<worker>> workers_;
+  global_queue inject_;
+  idle_state idle_;
+  lifecycle lifecycle_;
+  owned_tasks owned_;
+  std::unique_ptr<driver> driver_;
+  std::atomic<bool> shutdown_{false};
+  std::atomic<std::uint64_t> remote_spawned_{0};
+  std::atomic<std::uint64_t> detached_exceptions_{0};
+  std::atomic<std::uint64_t> terminations_{0};
+};
+
+}  // namespace spindle::detail

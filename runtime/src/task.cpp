@@ -1,0 +1,126 @@
+// Task state transitions called by awaiters and join handles, and the glue
+// between the public templates and the scheduler.
+#include <cstdio>
+#include <exception>
+
+#include "scheduler.hpp"
+#include "spindle/detail/task_header.hpp"
+#include "spindle/runtime.hpp"
+
+namespace spindle::detail {
+
+namespace sb = state_bits;
+
+// Not inlined on purpose: awaiters call these from coroutine bodies, which may
+// resume on another thread; the thread_local must be looked up afresh.
+[[gnu::noinline]] task_header* suspend_current(std::coroutine_handle<> resume_at) noexcept {
+  task_header* task = this_thread_context().current;
+  if (task != nullptr) task->resume_point = resume_at;
+  return task;
+}
+
+[[gnu::noinline]] task_header* current_task() noexcept {
+  return this_thread_context().current;
+}
+
+[[gnu::noinline]] scheduler* current_scheduler() noexcept {
+  return this_thread_context().sched;
+}
+
+[[gnu::noinline]] std::size_t current_worker_index() noexcept {
+  worker* w = this_thread_context().self;
+  return w != nullptr ? w->index : not_a_worker;
+}
+
+void wake(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0) return;
+    if ((s & sb::running) != 0) {
+      if ((s & sb::notified) != 0) return;
+      if (task->state.compare_exchange_weak(s, s | sb::notified, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return;
+      }
+      continue;
+    }
+    if ((s & sb::scheduled) != 0) return;
+    if (task->state.compare_exchange_weak(s, s | sb::scheduled, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      task->sched->schedule(task);
+      return;
+    }
+  }
+}
+
+bool join_register(task_header* task, join_waiter* waiter) noexcept {
+  task->waiter = waiter;
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0) return false;
+    if (task->state.compare_exchange_weak(s, s | sb::join_waker, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+bool join_unregister(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0 || (s & sb::join_waker) == 0) return false;
+    if (task->state.compare_exchange_weak(s, s & ~sb::join_waker, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+void join_detach(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  while (!task->state.compare_exchange_weak(s, s & ~(sb::join_interest | sb::join_waker),
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+  }
+  if ((s & sb::complete) != 0 && !task->cancelled_before_finish && task->promise->has_exception()) {
+    // Completed, but nobody took the exception: do not lose it silently.
+    try {
+      std::rethrow_exception(task->promise->exception());
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception: %s\n",
+                   e.what());
+    } catch (...) {
+      std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception\n");
+    }
+  }
+  task->sched->drop_reference(task);
+}
+
+void task_abort(task_header* task) noexcept {
+  task->state.fetch_or(sb::cancelled, std::memory_order_acq_rel);
+}
+
+task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise) {
+  return sched->spawn(root, promise);
+}
+
+void block_until_complete(scheduler* sched, task_header* task) {
+  sched->block_until_complete(task);
+}
+
+driver& scheduler_driver(scheduler* sched) noexcept {
+  return sched->io_driver();
+}
+
+std::size_t scheduler_worker_count(scheduler* sched) noexcept {
+  return sched->worker_count();
+}
+
+void unpark_worker(scheduler* sched, std::size_t index) noexcept {
+  sched->unpark(index);
+}
+
+void count_io_completions(scheduler* sched, std::size_t index, std::size_t n) noexcept {
+  sched->count_io(index, n);
+}
+
+}  // namespace spindle::detail

@@ -1,0 +1,63 @@
+// One worker: its queues, its park word, its counters and its thread.
+//
+// Shape: LIFO slot (one task, owner only), run queue (256-slot ring,
+// stealable), global batch buffer (32 tasks taken from the global queue,
+// owner only), park word, searching flag, transitioning-to-park guard, EWMA
+// state of the global-check interval, the hoard counter and the steal RNG.
+// Thread-safety: everything but `queue`, `park`, `transitioning_to_park` and
+// `counters` is touched only by the worker's own thread.
+// Design source: Volt's per-worker resources (seed 002), Tokio's worker.rs.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+
+#include "park.hpp"
+#include "rng.hpp"
+#include "run_queue.hpp"
+#include "worker_stats.hpp"
+
+namespace spindle::detail {
+
+class scheduler;
+
+struct worker {
+  static constexpr std::uint32_t max_lifo_polls_per_tick = 3;
+  static constexpr std::uint32_t batch_capacity = 32;
+  static constexpr std::uint32_t wake_on_hoard_threshold = 32;
+
+  worker(scheduler* s, std::size_t i, std::uint64_t seed) noexcept
+      : sched(s), index(i), rng(seed) {}
+
+  scheduler* sched;
+  std::size_t index;
+
+  run_queue queue;
+  task_header* lifo_slot = nullptr;
+  std::array<task_header*, batch_capacity> batch{};
+  std::uint32_t batch_head = 0;
+  std::uint32_t batch_len = 0;
+
+  park_word park;
+  std::atomic<bool> transitioning_to_park{false};
+  bool is_searching = false;
+
+  std::uint32_t lifo_polls_this_tick = 0;
+  std::uint32_t polls_since_global = 0;
+  std::uint32_t global_interval = 20;
+  double avg_task_ns = 50'000.0;
+  std::uint32_t hoard = 0;
+  xorshift64 rng;
+
+  worker_counters counters;
+  std::thread thread;
+
+  [[nodiscard]] bool has_local_tasks() const noexcept {
+    return lifo_slot != nullptr || batch_head != batch_len || !queue.is_empty();
+  }
+};
+
+}  // namespace spindle::detail

@@ -1,0 +1,42 @@
+// Per-worker counters: written only by the owning worker (load + store, no
+// read-modify-write), read relaxed by runtime::stats() from any thread.
+// Design source: Volt's per-worker stats (seed 002), Tokio's WorkerMetrics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "spindle/stats.hpp"
+
+namespace spindle::detail {
+
+struct counter {
+  std::atomic<std::uint64_t> value{0};
+  void add(std::uint64_t n = 1) noexcept {
+    value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
+};
+
+struct worker_counters {
+  counter spawned, polled, stolen, steal_operations, parked, lifo_hits, global_batch_fetches,
+      overflows, io_completions;
+  std::atomic<std::uint32_t> global_check_interval{0};
+
+  [[nodiscard]] worker_stats snapshot() const noexcept {
+    worker_stats s;
+    s.spawned = spawned.get();
+    s.polled = polled.get();
+    s.stolen = stolen.get();
+    s.steal_operations = steal_operations.get();
+    s.parked = parked.get();
+    s.lifo_hits = lifo_hits.get();
+    s.global_batch_fetches = global_batch_fetches.get();
+    s.overflows = overflows.get();
+    s.io_completions = io_completions.get();
+    s.global_check_interval = global_check_interval.load(std::memory_order_relaxed);
+    return s;
+  }
+};
+
+}  // namespace spindle::detail
