@@ -130,6 +130,11 @@ scheduler::~scheduler() {
   // Every worker cancelled and reaped its I/O; the driver now waits for any
   // operation still running elsewhere (thread pool) before frames go away.
   driver_->shutdown();
+  // Frames are destroyed in this runtime's context, so that a destructor that
+  // spawns is refused (the gate is closed) instead of finding no runtime.
+  thread_context& ctx = this_thread_context();
+  thread_context saved = ctx;
+  ctx = thread_context{this, nullptr, nullptr};
   while (task_header* task = owned_.pop_any()) {
     if (task->root) {
       auto root = std::exchange(task->root, {});
@@ -144,6 +149,7 @@ scheduler::~scheduler() {
     if (lifecycle_.complete_one()) observe_termination();
     drop_reference(task);
   }
+  ctx = saved;
 }
 
 void scheduler::observe_termination() noexcept {
@@ -374,6 +380,7 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
   }
   thread_context& ctx = this_thread_context();
   ctx.current = task;
+  task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
   task->resume_point.resume();
   ctx.current = nullptr;
   if (w != nullptr) w->counters.polled.add();
@@ -385,6 +392,11 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
   s = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
   do {
+    if ((s & (sb::cancelled | sb::notified)) == sb::cancelled) {
+      // Aborted while it ran and now suspended: we still hold RUNNING.
+      cancel_owned(task, w);
+      return;
+    }
     next = s & ~sb::running;
     if ((s & sb::notified) != 0) next = (next & ~sb::notified) | sb::scheduled;
   } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
@@ -406,6 +418,50 @@ void scheduler::cancel_task(task_header* task, worker* w) noexcept {
     root.destroy();  // destructors of the whole await chain run here
   }
   complete(task, w);
+}
+
+void scheduler::abort(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & (sb::complete | sb::cancelled)) != 0) return;
+    if ((s & (sb::scheduled | sb::running)) != 0) {
+      // Queued: its next poll destroys it. Running: the poll's end does.
+      if (task->state.compare_exchange_weak(s, s | sb::cancelled, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return;
+      }
+      continue;
+    }
+    // Suspended: take it as if to poll it (RUNNING), so that nobody resumes
+    // or destroys it while its awaiter withdraws.
+    if (task->state.compare_exchange_weak(s, s | sb::cancelled | sb::running,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      cancel_owned(task, nullptr);
+      return;
+    }
+  }
+}
+
+void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
+  // The caller holds RUNNING on a suspended task with CANCELLED set.
+  bool (*fn)(void*) noexcept = task->cancel_fn;
+  bool detached = fn == nullptr || fn(task->cancel_arg);
+  if (detached && w != nullptr) {
+    cancel_task(task, w);  // on a worker: destroy the frame now
+    return;
+  }
+  // Release the task: queue it (detached, or woken meanwhile) so that a
+  // worker's poll destroys the frame, or leave it for the pending wake.
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  std::uint64_t next;
+  bool queue = false;
+  do {
+    queue = detached || (s & sb::notified) != 0;
+    next = s & ~(sb::running | sb::notified);
+    if (queue) next |= sb::scheduled;
+  } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                              std::memory_order_acquire));
+  if (queue) schedule(task);
 }
 
 void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
@@ -501,12 +557,17 @@ struct thread_waiter : join_waiter {
 };
 }  // namespace
 
-void scheduler::block_until_complete(task_header* task) {
+void scheduler::check_block_on_allowed() const {
   thread_context& ctx = this_thread_context();
   if (ctx.self != nullptr && ctx.sched == this) {
     throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                             "spindle: block_on called from a worker of the same runtime");
   }
+}
+
+void scheduler::block_until_complete(task_header* task) {
+  check_block_on_allowed();
+  thread_context& ctx = this_thread_context();
   thread_context saved = ctx;
   ctx = thread_context{this, nullptr, nullptr};
   thread_waiter waiter;

@@ -41,6 +41,9 @@ class scheduler {
   /// Queues a task that was just marked SCHEDULED.
   void schedule(task_header* task) noexcept;
   void block_until_complete(task_header* task);
+  /// Throws std::system_error(resource_deadlock_would_occur) on this
+  /// scheduler's own workers.
+  void check_block_on_allowed() const;
 
   [[nodiscard]] runtime_stats stats() const;
   [[nodiscard]] std::size_t worker_count() const noexcept { return workers_.size(); }
@@ -59,6 +62,7 @@ class scheduler {
   void complete(task_header* task, worker* w) noexcept;
   void drop_reference(task_header* task) noexcept;
   void report_detached_exception(task_header* task) noexcept;
+  void abort(task_header* task) noexcept;
 
  private:
   void run_worker(worker* w);
@@ -72,6 +76,7 @@ class scheduler {
   task_header* steal_work(worker* w) noexcept;
   void run_task(worker* w, task_header* task) noexcept;
   void cancel_task(task_header* task, worker* w) noexcept;
+  void cancel_owned(task_header* task, worker* w) noexcept;
   void transition_from_searching(worker* w) noexcept;
   void park_worker(worker* w) noexcept;
   bool transition_from_parked(worker* w) noexcept;

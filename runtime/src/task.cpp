@@ -11,11 +11,23 @@ namespace spindle::detail {
 
 namespace sb = state_bits;
 
+namespace {
+// The hook of a suspension whose awaiter cannot withdraw: abort waits for
+// the wake and destroys the frame then.
+bool never_detached(void* /*arg*/) noexcept {
+  return false;
+}
+}  // namespace
+
 // Not inlined on purpose: awaiters call these from coroutine bodies, which may
 // resume on another thread; the thread_local must be looked up afresh.
 [[gnu::noinline]] task_header* suspend_current(std::coroutine_handle<> resume_at) noexcept {
   task_header* task = this_thread_context().current;
-  if (task != nullptr) task->resume_point = resume_at;
+  if (task != nullptr) {
+    task->resume_point = resume_at;
+    task->cancel_fn = &never_detached;
+    task->cancel_arg = nullptr;
+  }
   return task;
 }
 
@@ -96,11 +108,15 @@ void join_detach(task_header* task) noexcept {
 }
 
 void task_abort(task_header* task) noexcept {
-  task->state.fetch_or(sb::cancelled, std::memory_order_acq_rel);
+  task->sched->abort(task);
 }
 
 task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise) {
   return sched->spawn(root, promise);
+}
+
+void check_block_on_allowed(scheduler* sched) {
+  sched->check_block_on_allowed();
 }
 
 void block_until_complete(scheduler* sched, task_header* task) {

@@ -52,9 +52,12 @@ class [[nodiscard]] join_handle {
     return task_ != nullptr && detail::task_is_complete(task_);
   }
 
-  /// Requests cancellation: a task that has not finished is stopped at its
-  /// next resumption (its frame destroyed, destructors run) and awaiting the
-  /// handle throws task_cancelled. A no-op on a finished task.
+  /// Requests cancellation: a task that has not finished never resumes again;
+  /// its frame is destroyed (destructors run) at once when it is queued or
+  /// suspended in an awaiter that can withdraw (join handles, awaitables
+  /// unknown to spindle), else as soon as the pending operation completes
+  /// (in-flight I/O is cancelled first). Awaiting the handle then throws
+  /// task_cancelled. A no-op on a finished task. Any thread.
   void abort() noexcept {
     if (task_ != nullptr) detail::task_abort(task_);
   }
@@ -78,12 +81,19 @@ class [[nodiscard]] join_handle {
                                 "spindle: join_handle awaited outside a spindle task");
       }
       notify = &awaiter::on_complete;
-      return detail::join_register(handle->task_, this);
+      if (!detail::join_register(handle->task_, this)) return false;
+      detail::set_cancel_hook(self, &awaiter::on_cancel, this);
+      return true;
     }
     T await_resume() { return handle->take(); }
 
     static void on_complete(detail::join_waiter* w) noexcept {
       detail::wake(static_cast<awaiter*>(w)->self);
+    }
+    // The awaiting task is aborted: withdraw the registration unless the
+    // completion is already notifying us.
+    static bool on_cancel(void* self) noexcept {
+      return detail::join_unregister(static_cast<awaiter*>(self)->handle->task_);
     }
   };
 

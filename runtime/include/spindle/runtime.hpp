@@ -65,6 +65,9 @@ class scheduler;
 /// is complete and cancelled.
 [[nodiscard]] task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root,
                                       promise_base* promise);
+/// Throws std::system_error(resource_deadlock_would_occur) when the calling
+/// thread is one of `sched`'s workers (before anything is spawned).
+void check_block_on_allowed(scheduler* sched);
 /// Runs tasks inline on the calling (non-worker) thread until `task` completes.
 void block_until_complete(scheduler* sched, task_header* task);
 }  // namespace detail
@@ -85,11 +88,12 @@ class runtime {
   /// task's value or rethrows its exception.
   template <class T>
   T block_on(task<T> t) {
-    auto frame = t.release();
-    if (!frame) {
+    if (!t.valid()) {
       throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                               "spindle: block_on of an empty task");
     }
+    detail::check_block_on_allowed(sched_.get());
+    auto frame = t.release();
     join_handle<T> handle{detail::spawn_root(sched_.get(), frame, &frame.promise())};
     detail::block_until_complete(sched_.get(), handle.header());
     return handle.take();

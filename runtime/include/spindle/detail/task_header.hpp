@@ -64,12 +64,31 @@ struct task_header {
   task_header* owned_next = nullptr;
   std::uint32_t owned_list = 0;          ///< which owned-task list holds it
   bool cancelled_before_finish = false;  ///< the frame was destroyed, not finished
+  /// How to detach the current suspension from its waker when the task is
+  /// aborted (see set_cancel_hook). nullptr: suspended in an awaitable that
+  /// does not know spindle (nothing can wake it through the scheduler).
+  bool (*cancel_fn)(void* arg) noexcept = nullptr;
+  void* cancel_arg = nullptr;
 };
 
 /// Inside a running spindle task: records `resume_at` as the point the next
 /// poll resumes and returns the task. Outside a task returns nullptr.
-/// Called by awaiters from await_suspend.
+/// Called by awaiters from await_suspend. The suspension is not cancellable
+/// (abort waits for its wake) until the awaiter calls set_cancel_hook.
 task_header* suspend_current(std::coroutine_handle<> resume_at) noexcept;
+
+/// Called by an awaiter after suspend_current, while its task still runs:
+/// when the task is aborted while suspended here, `fn(arg)` is called (on the
+/// aborting thread, with the task held so that nobody resumes or destroys it)
+/// and must detach the suspension from its waker. It returns true when
+/// nothing will wake the task for this suspension any more (the frame is then
+/// destroyed at once), false when the wake will still come (for example an
+/// I/O cancellation whose completion is pending): the frame is destroyed at
+/// that wake instead of being resumed.
+inline void set_cancel_hook(task_header* task, bool (*fn)(void*) noexcept, void* arg) noexcept {
+  task->cancel_fn = fn;
+  task->cancel_arg = arg;
+}
 
 /// The task the calling thread is polling now, or nullptr.
 [[nodiscard]] task_header* current_task() noexcept;

@@ -1,0 +1,125 @@
+// scan::matcher: counts the lines of a buffer that match grep-style patterns.
+//
+// Shape: the patterns are compiled once (immutable, shared by every worker);
+// each concurrent search brings its own matcher::scratch (PCRE2 match data and
+// JIT stack), so one scratch is used by one thread at a time. The search runs
+// over many lines at once: find the leftmost match in the buffer, count its
+// line, resume at the start of the next line. Strategies, chosen at
+// construction:
+//   - every_line: some pattern is empty; the count is the number of lines;
+//   - literal: one case-sensitive fixed string (-F, or an ERE without
+//     operators): memchr on the needle's rarest byte, then memcmp;
+//   - pcre2: everything else, one alternation of all patterns, JIT-compiled
+//     when PCRE2 has a JIT, PCRE2_MULTILINE, no UTF. The ERE translation
+//     guarantees that no match crosses a newline; a match that still does is
+//     checked again against its first line alone.
+//
+// Line model (grep's): a buffer is a sequence of lines, each ended by '\n'
+// except perhaps the last; a final '\n' ends the last line and does not start
+// an empty one. "" has no lines, "\n" one empty line, "a" one line.
+// Bytes are bytes: NUL and bytes >= 0x80 are ordinary; -i folds ASCII only.
+//
+// Errors: the constructor throws pattern_error for an invalid pattern (grep's
+// message) or a PCRE2 compile failure; count_lines throws std::runtime_error
+// when PCRE2 gives up (match or JIT stack limit) even on a single line.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ere.hpp"
+
+namespace scan {
+
+enum class pattern_syntax { extended, fixed };
+
+struct match_options {
+  pattern_syntax syntax = pattern_syntax::extended;
+  bool ignore_case = false;
+  /// Patterns as the user gave them (-e values, or the positional pattern);
+  /// each is split at '\n' into several patterns, as grep does.
+  std::vector<std::string> patterns;
+};
+
+/// Number of '\n' bytes in [data, data + size).
+std::size_t count_newlines(const char* data, std::size_t size) noexcept;
+
+/// Finds a fixed byte string. One byte: memchr. Longer: a SIMD filter on
+/// two of its rarest bytes at their offsets (AVX2 when the CPU has it, else
+/// SSE2; 32 or 16 candidate positions per step), each surviving position
+/// checked with memcmp; memchr on the rarest byte for the last few
+/// positions, and glibc's memmem when the filter lets too much through.
+class literal_finder {
+ public:
+  /// `allow_avx2 = false` keeps to SSE2 (for tests).
+  explicit literal_finder(std::string needle, bool allow_avx2 = true);
+  /// First occurrence in [begin, end), or nullptr.
+  const char* find(const char* begin, const char* end) const noexcept;
+  [[nodiscard]] std::string const& needle() const noexcept { return needle_; }
+  /// The two needle offsets the SIMD filter compares (for tests).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> filter_offsets() const noexcept {
+    return {first_, second_};
+  }
+
+ private:
+  const char* find_scalar(const char* begin, const char* end) const noexcept;
+
+  std::string needle_;
+  std::size_t first_ = 0;   // offset of the rarest byte
+  std::size_t second_ = 0;  // offset of the next rarest (another offset)
+  bool avx2_ = false;
+};
+
+class matcher {
+ public:
+  enum class strategy { every_line, literal, pcre2 };
+
+  /// Per-search state; create one per concurrent search with make_scratch().
+  class scratch {
+   public:
+    scratch() noexcept;
+    scratch(scratch&&) noexcept;
+    scratch& operator=(scratch&&) noexcept;
+    ~scratch();
+
+   private:
+    friend class matcher;
+    struct state;
+    std::unique_ptr<state> state_;
+  };
+
+  explicit matcher(match_options const& options);
+  ~matcher();
+  matcher(matcher&&) noexcept;
+  matcher& operator=(matcher&&) noexcept;
+  matcher(matcher const&) = delete;
+  matcher& operator=(matcher const&) = delete;
+
+  [[nodiscard]] scratch make_scratch() const;
+
+  /// Number of lines of `text` (see the line model above) with a match.
+  [[nodiscard]] std::uint64_t count_lines(std::string_view text, scratch& s) const;
+
+  [[nodiscard]] strategy kind() const noexcept { return kind_; }
+  /// The PCRE2 pattern (empty unless kind() == pcre2).
+  [[nodiscard]] std::string const& pcre_pattern() const noexcept { return pcre_pattern_; }
+  /// "every-line", "literal" or "pcre2-jit" / "pcre2".
+  [[nodiscard]] std::string describe() const;
+
+ private:
+  struct compiled;
+  std::uint64_t count_pcre(std::string_view text, scratch& s) const;
+  bool line_matches(std::string_view line, scratch& s) const;
+
+  strategy kind_ = strategy::pcre2;
+  std::unique_ptr<literal_finder> literal_;
+  std::unique_ptr<compiled> code_;
+  std::string pcre_pattern_;
+};
+
+}  // namespace scan

@@ -1,0 +1,126 @@
+// spindle::io::file and spindle::io::read_file: asynchronous file I/O.
+//
+// Shape: `file` is a move-only owner of one file descriptor. Its operations
+// are lazy spindle tasks: `co_await f.read_at(buf, off)` submits one
+// positional read to the runtime's I/O driver (io_uring, or the blocking
+// thread pool when io_uring is unavailable; see runtime_config::io) and
+// suspends the calling task until it completes; the task may resume on
+// another worker. Offsets and sizes are in bytes. read_at/write_at behave
+// like pread/pwrite: one system call, a count that may be short (at most
+// 0x7ffff000 bytes per call), and 0 from read_at at end of file. On
+// descriptors that cannot seek (pipes, sockets) the offset is ignored.
+// open() always adds O_CLOEXEC. The destructor closes a still-open
+// descriptor synchronously with ::close (errors ignored); close() closes it
+// through the driver and reports errors.
+//
+// Errors: every operation throws std::system_error whose code is the errno
+// in std::system_category (compare with std::errc): ENOENT (no such file),
+// EACCES (permission denied), EISDIR (read_file of a directory, reads of a
+// directory), EBADF (operation on a closed or moved-from file), ENOSPC, EIO,
+// ... as the system call reports them; ECANCELED when the runtime is shutting
+// down; EPERM (std::errc::operation_not_permitted) when awaited outside a
+// spindle task (use runtime::block_on).
+//
+// Thread-safety: a file may be read and written from several tasks at once
+// (positional I/O shares no cursor) provided none of them closes, moves or
+// destroys it meanwhile. The file and every buffer passed to an operation must
+// outlive that operation's task. Tasks created by these functions are not
+// shared between threads except through the runtime.
+// Design source: DESIGN.md "Public contract" (namespace spindle::io) and
+// "I/O driver"; Tokio's tokio::fs and Glommio's DmaFile for the shape;
+// POSIX pread/pwrite for the semantics.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "spindle/task.hpp"
+
+namespace spindle::io {
+
+/// What file::stat() reports (from statx).
+struct file_status {
+  std::uint64_t size = 0;  ///< size in bytes (st_size)
+  std::uint32_t mode = 0;  ///< st_mode: file type and permission bits
+  std::filesystem::file_type type = std::filesystem::file_type::none;  ///< from `mode`
+
+  /// Permission bits of `mode` (07777).
+  [[nodiscard]] std::filesystem::perms permissions() const noexcept {
+    return static_cast<std::filesystem::perms>(mode & 07777u);
+  }
+  [[nodiscard]] bool is_regular() const noexcept {
+    return type == std::filesystem::file_type::regular;
+  }
+  [[nodiscard]] bool is_directory() const noexcept {
+    return type == std::filesystem::file_type::directory;
+  }
+};
+
+/// A move-only owner of an open file descriptor.
+class file {
+ public:
+  /// A file that is not open.
+  file() noexcept = default;
+  file(file&& other) noexcept;
+  /// Closes the current descriptor (synchronously) and takes `other`'s.
+  file& operator=(file&& other) noexcept;
+  file(file const&) = delete;
+  file& operator=(file const&) = delete;
+  /// Closes the descriptor with ::close if still open (errors ignored).
+  ~file();
+
+  /// Opens `path` (openat relative to the current directory) with `flags`
+  /// | O_CLOEXEC; `mode` applies when O_CREAT or O_TMPFILE creates the file.
+  /// Throws std::system_error: ENOENT, EACCES, EISDIR (O_WRONLY/O_RDWR on a
+  /// directory), EEXIST (O_CREAT|O_EXCL), ELOOP, EMFILE, ...
+  static task<file> open(std::filesystem::path path, int flags = O_RDONLY, mode_t mode = 0644);
+
+  /// Takes ownership of `fd` (any descriptor: a file, a pipe, a socket).
+  /// A negative fd makes a file that is not open.
+  [[nodiscard]] static file from_fd(int fd) noexcept;
+
+  /// Reads up to buffer.size() bytes at byte `offset`; returns the number
+  /// read, 0 at end of file (or for an empty buffer). Throws
+  /// std::system_error: EBADF (not open or not open for reading), EISDIR,
+  /// EINVAL, EIO, ...
+  task<std::size_t> read_at(std::span<std::byte> buffer, std::uint64_t offset);
+
+  /// Writes up to buffer.size() bytes at byte `offset` (ignored with
+  /// O_APPEND); returns the number written (may be short, like pwrite).
+  /// Throws std::system_error: EBADF, ENOSPC, EFBIG, EIO, EPIPE, ...
+  task<std::size_t> write_at(std::span<const std::byte> buffer, std::uint64_t offset);
+
+  /// Size, mode and type of the open file (statx on the descriptor).
+  /// Throws std::system_error: EBADF, ...
+  task<file_status> stat();
+
+  /// Closes the descriptor through the driver. The file is not open
+  /// afterwards even when this throws (EIO, ENOSPC, ... from the close,
+  /// as with ::close). EBADF when it is not open.
+  task<void> close();
+
+  /// The descriptor, or -1 when not open.
+  [[nodiscard]] int native_handle() const noexcept { return fd_; }
+  /// True while the file owns a descriptor.
+  [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
+  /// Gives up ownership: returns the descriptor (or -1) and leaves the file
+  /// not open, without closing anything.
+  [[nodiscard]] int release() noexcept;
+
+ private:
+  explicit file(int fd) noexcept : fd_(fd) {}
+  int fd_ = -1;
+};
+
+/// Reads the whole file at `path`: openat, statx for a size hint, reads until
+/// end of file (the file may grow or shrink meanwhile), close. Throws
+/// std::system_error: ENOENT, EACCES, EISDIR (a directory), EIO, ...
+task<std::vector<std::byte>> read_file(std::filesystem::path path);
+
+}  // namespace spindle::io

@@ -1,0 +1,174 @@
+// spindle::io::file and read_file (see spindle/io/file.hpp).
+#include "spindle/io/file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "io_op.hpp"
+
+namespace spindle::io {
+
+namespace {
+
+using detail::io_op;
+using detail::op_awaiter;
+using detail::op_code;
+
+[[noreturn]] void throw_errno(int err, char const* what) {
+  throw std::system_error(err, std::system_category(), what);
+}
+
+[[noreturn]] void throw_errno(int err, char const* what, std::filesystem::path const& path) {
+  throw std::system_error(err, std::system_category(), std::string(what) + " " + path.string());
+}
+
+std::uint32_t clamp_length(std::size_t bytes) noexcept {
+  return static_cast<std::uint32_t>(std::min<std::size_t>(bytes, detail::max_rw_count));
+}
+
+std::filesystem::file_type type_of(std::uint32_t mode) noexcept {
+  using std::filesystem::file_type;
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return file_type::regular;
+    case S_IFDIR:
+      return file_type::directory;
+    case S_IFLNK:
+      return file_type::symlink;
+    case S_IFBLK:
+      return file_type::block;
+    case S_IFCHR:
+      return file_type::character;
+    case S_IFIFO:
+      return file_type::fifo;
+    case S_IFSOCK:
+      return file_type::socket;
+    default:
+      return file_type::unknown;
+  }
+}
+
+}  // namespace
+
+file::file(file&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+file& file::operator=(file&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+file::~file() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+file file::from_fd(int fd) noexcept {
+  return file{fd < 0 ? -1 : fd};
+}
+
+int file::release() noexcept {
+  return std::exchange(fd_, -1);
+}
+
+task<file> file::open(std::filesystem::path path, int flags, mode_t mode) {
+  int const r = co_await op_awaiter{io_op{
+      .code = op_code::openat, .flags = flags | O_CLOEXEC, .mode = mode, .path = path.c_str()}};
+  if (r < 0) throw_errno(-r, "spindle::io::file::open", path);
+  co_return file{r};
+}
+
+task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
+  if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::read_at: file not open");
+  if (buffer.empty()) co_return 0;
+  int const r = co_await op_awaiter{io_op{.code = op_code::read,
+                                          .fd = fd_,
+                                          .buffer = buffer.data(),
+                                          .length = clamp_length(buffer.size()),
+                                          .offset = offset}};
+  if (r < 0) throw_errno(-r, "spindle::io::file::read_at");
+  co_return static_cast<std::size_t>(r);
+}
+
+task<std::size_t> file::write_at(std::span<const std::byte> buffer, std::uint64_t offset) {
+  if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::write_at: file not open");
+  if (buffer.empty()) co_return 0;
+  int const r = co_await op_awaiter{io_op{.code = op_code::write,
+                                          .fd = fd_,
+                                          .buffer = const_cast<std::byte*>(buffer.data()),
+                                          .length = clamp_length(buffer.size()),
+                                          .offset = offset}};
+  if (r < 0) throw_errno(-r, "spindle::io::file::write_at");
+  co_return static_cast<std::size_t>(r);
+}
+
+task<file_status> file::stat() {
+  if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::stat: file not open");
+  struct statx stx {};
+  int const r = co_await op_awaiter{io_op{.code = op_code::statx, .fd = fd_, .buffer = &stx}};
+  if (r < 0) throw_errno(-r, "spindle::io::file::stat");
+  file_status status;
+  status.size = stx.stx_size;
+  status.mode = stx.stx_mode;
+  status.type = type_of(stx.stx_mode);
+  co_return status;
+}
+
+task<void> file::close() {
+  if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::close: file not open");
+  int const fd = std::exchange(fd_, -1);
+  int r = 0;
+  try {
+    r = co_await op_awaiter{io_op{.code = op_code::close, .fd = fd}};
+  } catch (...) {
+    fd_ = fd;  // never submitted (awaited outside a spindle task): still ours
+    throw;
+  }
+  if (r == -ECANCELED) {
+    // The driver refused the op (runtime shutting down): it never ran.
+    ::close(fd);
+    r = 0;
+  }
+  if (r < 0) throw_errno(-r, "spindle::io::file::close");
+}
+
+task<std::vector<std::byte>> read_file(std::filesystem::path path) {
+  file f = co_await file::open(path, O_RDONLY);  // its errors name the path already
+  std::vector<std::byte> data;
+  try {
+    file_status const status = co_await f.stat();
+    if (status.is_directory()) throw std::system_error(EISDIR, std::system_category(), "read");
+
+    // One byte more than the reported size, so that a file that did not
+    // change is read in one call and the next read (of that spare byte) sees
+    // EOF. Sizes of special files (procfs, pipes) mean nothing: start with
+    // 16 KiB.
+    std::size_t capacity = 16 * 1024;
+    if (status.is_regular() && status.size > 0) {
+      capacity = static_cast<std::size_t>(status.size) + 1;
+    }
+    data.resize(capacity);
+    std::size_t length = 0;
+    for (;;) {
+      if (length == data.size()) data.resize(data.size() * 2);  // the file grew
+      std::size_t const n = co_await f.read_at(std::span<std::byte>(data).subspan(length), length);
+      if (n == 0) break;
+      length += n;
+    }
+    data.resize(length);
+    co_await f.close();
+  } catch (std::system_error const& e) {
+    throw std::system_error(e.code(), "spindle::io::read_file " + path.string());
+  }
+  co_return data;
+}
+
+}  // namespace spindle::io

@@ -1,0 +1,84 @@
+// The fallback driver: blocking system calls on a pool of threads.
+//
+// Shape: `threads` pool threads (started at construction) take io_ops from
+// one FIFO job queue (mutex + condition variable), run the blocking call
+// (openat, statx, pread, pwrite, close), store the result and wake the op's
+// task from the pool thread. Workers never park in this driver
+// (park_in_driver is false, poll reaps nothing): completions arrive as wakes.
+//
+// Reads and writes on descriptors that cannot seek (pipes, sockets, ttys:
+// pread answers ESPIPE) wait in poll(2) together with a cancellation eventfd
+// and then read(2)/write(2), like io_uring does for them (the offset is
+// ignored), so that shutdown can interrupt a read that would never complete.
+//
+// Shutdown: the first on_worker_stop drops queued ops (-ECANCELED), signals
+// the cancellation eventfd and from then on completes ops without waking
+// their tasks (a file opened by such an op is closed). shutdown() waits until
+// no op is queued or running, then joins the threads. A blocking call that
+// cannot be interrupted (a regular-file read on a hung NFS mount, an open of
+// a FIFO without writer) delays shutdown until it returns.
+//
+// Thread-safety: submit() from any thread; the queue is guarded by its mutex.
+// The wake-versus-stop race is closed by a count of wakes in progress that
+// on_worker_stop waits to drop to zero after raising `stopping_`.
+// Design source: DESIGN.md "I/O driver" (fallback), Tokio's blocking pool.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "io_op.hpp"
+
+namespace spindle::io::detail {
+
+class threadpool_driver final : public io_driver {
+ public:
+  /// Starts `threads` pool threads (0 = max(4, 2 x workers)) for the runtime
+  /// of `sched` (completions wake its tasks through detail::wake). Throws
+  /// std::system_error (EAGAIN, EMFILE, ...) when a thread or the
+  /// cancellation eventfd cannot be created.
+  threadpool_driver(spindle::detail::scheduler& sched, std::size_t workers, std::size_t threads);
+  ~threadpool_driver() override;
+  threadpool_driver(threadpool_driver const&) = delete;
+  threadpool_driver& operator=(threadpool_driver const&) = delete;
+
+  [[nodiscard]] io_backend backend() const noexcept override;
+  void on_worker_start(std::size_t index) override;
+  std::size_t poll(std::size_t index) noexcept override;
+  [[nodiscard]] bool park_in_driver(std::size_t index) const noexcept override;
+  void park(std::size_t index) noexcept override;
+  void unpark(std::size_t index) noexcept override;
+  void on_worker_stop(std::size_t index) noexcept override;
+  void shutdown() noexcept override;
+  bool submit(io_op& op) noexcept override;
+
+  /// Number of pool threads (for tests).
+  [[nodiscard]] std::size_t thread_count() const noexcept { return threads_.size(); }
+
+ private:
+  void run() noexcept;
+  int execute(io_op& op) noexcept;
+  int stream_io(io_op& op) noexcept;
+  void complete(io_op& op, int result) noexcept;
+  void begin_stop() noexcept;
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;  ///< queue not empty, or stop_threads_
+  std::condition_variable idle_cv_;  ///< queue empty and nothing running
+  io_op* head_ = nullptr;
+  io_op* tail_ = nullptr;
+  std::size_t running_ = 0;
+  bool stop_threads_ = false;
+  bool shut_down_ = false;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::size_t> wakes_in_progress_{0};
+  int cancel_fd_ = -1;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace spindle::io::detail

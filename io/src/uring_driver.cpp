@@ -1,0 +1,467 @@
+// The io_uring driver (see uring_driver.hpp for the protocol).
+#include "uring_driver.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <system_error>
+
+namespace spindle::io::detail {
+
+namespace {
+
+/// user_data of the always-armed eventfd read (op pointers are never 1 or 2).
+constexpr std::uint64_t wake_tag = 1;
+/// user_data of async-cancel requests; their completions are ignored.
+constexpr std::uint64_t cancel_tag = 2;
+
+/// How long on_worker_stop waits between re-issuing cancellations.
+constexpr auto cancel_retry = std::chrono::milliseconds(100);
+
+/// Setup flags, tried in order while io_uring_setup answers EINVAL (flags the
+/// kernel does not know). SINGLE_ISSUER needs R_DISABLED here: the ring is
+/// created on the constructing thread but its issuer is the worker thread
+/// that enables it.
+constexpr unsigned setup_tiers[] = {
+    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED |
+        IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,  // 6.1
+    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_R_DISABLED | IORING_SETUP_SUBMIT_ALL |
+        IORING_SETUP_CQSIZE,                        // 5.19
+    IORING_SETUP_R_DISABLED | IORING_SETUP_CQSIZE,  // 5.10
+    IORING_SETUP_CQSIZE,                            // 5.5
+    0,
+};
+
+/// The worker of which driver the calling thread is (set by on_worker_start).
+struct thread_worker {
+  uring_driver const* driver = nullptr;
+  std::size_t index = 0;
+};
+thread_local thread_worker this_thread_worker;
+
+[[noreturn]] void throw_errno(int err, char const* what) {
+  throw std::system_error(err, std::system_category(),
+                          std::string("spindle: io_uring unavailable: ") + what);
+}
+
+/// Completes ops that were queued but never reached a ring, waking nobody.
+void cancel_unsubmitted(io_op* list) noexcept {
+  while (list != nullptr) {
+    io_op* const next = list->next;
+    if (list->code == op_code::close) ::close(list->fd);  // the file gave it up already
+    list->result = -ECANCELED;
+    list = next;
+  }
+}
+
+}  // namespace
+
+struct alignas(64) uring_driver::worker {
+  io_uring ring{};
+  std::size_t index = 0;
+  bool ring_open = false;   ///< io_uring_queue_init succeeded, not exited yet
+  bool enabled = false;     ///< on_worker_start ran
+  bool stopping = false;    ///< on_worker_stop is reaping: complete without waking
+  bool stopped = false;     ///< on_worker_stop finished
+  bool wake_armed = false;  ///< the eventfd read is in the ring
+  int event_fd = -1;
+  std::uint64_t wake_value = 0;  ///< target of the eventfd read
+  /// Ops prepared or submitted and not reaped. Written by the owner only.
+  std::atomic<std::size_t> in_flight{0};
+  io_op* tracked = nullptr;  ///< doubly linked list of those ops (for cancellation)
+
+  std::mutex remote_mutex;  ///< guards remote_head/tail and remote_closed
+  io_op* remote_head = nullptr;
+  io_op* remote_tail = nullptr;
+  bool remote_closed = false;
+  std::atomic<bool> remote_pending{false};
+
+  void track(io_op* op) noexcept {
+    op->prev = nullptr;
+    op->next = tracked;
+    if (tracked != nullptr) tracked->prev = op;
+    tracked = op;
+    in_flight.store(in_flight.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void untrack(io_op* op) noexcept {
+    if (op->prev != nullptr) {
+      op->prev->next = op->next;
+    } else {
+      tracked = op->next;
+    }
+    if (op->next != nullptr) op->next->prev = op->prev;
+    op->next = op->prev = nullptr;
+    in_flight.store(in_flight.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
+};
+
+uring_driver::uring_driver(spindle::detail::scheduler& sched, std::size_t workers)
+    : sched_(&sched), worker_count_(workers), workers_(new worker[workers]) {
+  for (std::size_t i = 0; i < workers; ++i)
+    workers_[i].index = i;
+}
+
+std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::scheduler& sched,
+                                                 std::size_t workers, std::uint32_t entries) {
+  if (workers == 0) workers = 1;
+  if (entries == 0) entries = 256;
+  if (entries > 32768) entries = 32768;  // IORING_MAX_ENTRIES
+  std::uint32_t const cq_entries = entries * 4 > 65536 ? 65536 : entries * 4;
+
+  std::unique_ptr<uring_driver> d{new uring_driver(sched, workers)};
+  bool chosen = false;
+  for (std::size_t i = 0; i < workers; ++i) {
+    worker& w = d->workers_[i];
+    int r = -EINVAL;
+    if (!chosen) {
+      for (unsigned flags : setup_tiers) {
+        io_uring_params params{};
+        params.flags = flags;
+        params.cq_entries = cq_entries;
+        r = io_uring_queue_init_params(entries, &w.ring, &params);
+        if (r != -EINVAL) {
+          d->setup_flags_ = flags;
+          break;
+        }
+      }
+      chosen = true;
+    } else {
+      io_uring_params params{};
+      params.flags = d->setup_flags_;
+      params.cq_entries = cq_entries;
+      r = io_uring_queue_init_params(entries, &w.ring, &params);
+    }
+    if (r < 0) throw_errno(-r, "io_uring_setup");
+    w.ring_open = true;
+
+    if (i == 0) {
+      io_uring_probe* probe = io_uring_get_probe_ring(&w.ring);
+      if (probe == nullptr) throw_errno(ENOSYS, "io_uring probe (kernel older than 5.6)");
+      bool ok = true;
+      for (int opcode : {IORING_OP_OPENAT, IORING_OP_STATX, IORING_OP_READ, IORING_OP_WRITE,
+                         IORING_OP_CLOSE, IORING_OP_ASYNC_CANCEL}) {
+        ok = ok && io_uring_opcode_supported(probe, opcode) != 0;
+      }
+      io_uring_free_probe(probe);
+      if (!ok) throw_errno(ENOSYS, "io_uring lacks openat/statx/read/write/close/cancel");
+    }
+
+    w.event_fd = ::eventfd(0, EFD_CLOEXEC);
+    if (w.event_fd < 0) throw_errno(errno, "eventfd");
+  }
+  return d;
+}
+
+uring_driver::~uring_driver() {
+  shutdown();
+  for (std::size_t i = 0; i < worker_count_; ++i) {
+    if (workers_[i].event_fd >= 0) ::close(workers_[i].event_fd);
+  }
+}
+
+io_backend uring_driver::backend() const noexcept {
+  return io_backend::uring;
+}
+
+void uring_driver::on_worker_start(std::size_t index) {
+  worker& w = workers_[index];
+  if (setup_flags_ & IORING_SETUP_R_DISABLED) {
+    // io_uring_enable_rings is declared but not exported by liburing 2.3's
+    // shared library: register directly. This thread becomes the ring's
+    // single issuer.
+    if (::syscall(__NR_io_uring_register, w.ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr,
+                  0) < 0) {
+      throw_errno(errno, "IORING_REGISTER_ENABLE_RINGS");
+    }
+  }
+  w.enabled = true;
+  this_thread_worker = thread_worker{this, index};
+  arm_wake(w);
+  int r = io_uring_submit(&w.ring);
+  if (r < 0) throw_errno(-r, "io_uring_submit");
+}
+
+io_uring_sqe* uring_driver::acquire_sqe(worker& w) noexcept {
+  for (;;) {
+    if (io_uring_sqe* sqe = io_uring_get_sqe(&w.ring)) return sqe;
+    // The submission queue is full: hand it to the kernel and retry.
+    int r = io_uring_submit_and_get_events(&w.ring);
+    if (r >= 0 || r == -EINTR) continue;
+    // -EBUSY: the completion queue overflowed; -EAGAIN: the kernel is short
+    // of request memory. Reaping (and, failing that, waiting for one
+    // completion) makes room.
+    if (r != -EBUSY && r != -EAGAIN) {
+      errno = -r;
+      return nullptr;  // unexpected: the caller fails the op with this errno
+    }
+    std::size_t reaped = reap(w);
+    if (reaped == 0 && w.in_flight.load(std::memory_order_relaxed) != 0) {
+      io_uring_cqe* cqe = nullptr;
+      io_uring_wait_cqe(&w.ring, &cqe);
+      reaped = reap(w);
+    }
+    // poll() reports what it reaps itself; these happen outside it.
+    if (reaped != 0 && !w.stopping) {
+      spindle::detail::count_io_completions(sched_, w.index, reaped);
+    }
+  }
+}
+
+void uring_driver::arm_wake(worker& w) noexcept {
+  io_uring_sqe* sqe = acquire_sqe(w);
+  if (sqe == nullptr) return;  // unpark then only works through completions
+  io_uring_prep_read(sqe, w.event_fd, &w.wake_value, sizeof w.wake_value, 0);
+  io_uring_sqe_set_data64(sqe, wake_tag);
+  w.wake_armed = true;
+}
+
+int uring_driver::prepare(worker& w, io_op& op) noexcept {
+  io_uring_sqe* sqe = acquire_sqe(w);
+  if (sqe == nullptr) return errno;
+  switch (op.code) {
+    case op_code::openat:
+      io_uring_prep_openat(sqe, AT_FDCWD, op.path, op.flags, op.mode);
+      break;
+    case op_code::statx:
+      io_uring_prep_statx(sqe, op.fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
+                          static_cast<struct statx*>(op.buffer));
+      break;
+    case op_code::read:
+      io_uring_prep_read(sqe, op.fd, op.buffer, op.length, op.offset);
+      break;
+    case op_code::write:
+      io_uring_prep_write(sqe, op.fd, op.buffer, op.length, op.offset);
+      break;
+    case op_code::close:
+      io_uring_prep_close(sqe, op.fd);
+      break;
+  }
+  io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uintptr_t>(&op));
+  w.track(&op);
+  return 0;
+}
+
+bool uring_driver::submit(io_op& op) noexcept {
+  thread_worker const self = this_thread_worker;
+  if (self.driver == this) {
+    // Fast path: the calling thread is worker `self.index`: fill an SQE of its
+    // own ring. poll() (tick end) or park() submits the batch.
+    if (int const err = prepare(workers_[self.index], op); err != 0) {
+      op.result = -err;
+      return false;
+    }
+    return true;
+  }
+
+  // A thread that is not one of our workers (block_on): go through a worker.
+  std::size_t const i = next_remote_.fetch_add(1, std::memory_order_relaxed) % worker_count_;
+  worker& w = workers_[i];
+  {
+    std::lock_guard lock(w.remote_mutex);
+    if (w.remote_closed) {
+      op.result = -ECANCELED;
+      return false;
+    }
+    op.next = nullptr;
+    if (w.remote_tail != nullptr) {
+      w.remote_tail->next = &op;
+    } else {
+      w.remote_head = &op;
+    }
+    w.remote_tail = &op;
+    w.remote_pending.store(true, std::memory_order_release);
+  }
+  // From here on `op` may complete and its frame resume at any time.
+  spindle::detail::unpark_worker(sched_, i);
+  return true;
+}
+
+void uring_driver::drain_remote(worker& w) noexcept {
+  if (!w.remote_pending.load(std::memory_order_acquire)) return;
+  io_op* list = nullptr;
+  {
+    std::lock_guard lock(w.remote_mutex);
+    list = w.remote_head;
+    w.remote_head = w.remote_tail = nullptr;
+    w.remote_pending.store(false, std::memory_order_relaxed);
+  }
+  while (list != nullptr) {
+    io_op* const next = list->next;
+    if (int const err = prepare(w, *list); err != 0) {
+      list->result = -err;  // could not be prepared: complete it at once
+      spindle::detail::wake(list->task);
+    }
+    list = next;
+  }
+}
+
+std::size_t uring_driver::reap(worker& w) noexcept {
+  unsigned head = 0;
+  unsigned seen = 0;
+  std::size_t completed = 0;
+  bool rearm = false;
+  io_uring_cqe* cqe = nullptr;
+  io_uring_for_each_cqe(&w.ring, head, cqe) {
+    ++seen;
+    std::uint64_t const data = cqe->user_data;
+    int const res = cqe->res;
+    if (data == wake_tag) {
+      w.wake_armed = false;
+      rearm = true;
+      continue;
+    }
+    if (data == cancel_tag || data == LIBURING_UDATA_TIMEOUT || data == 0) continue;
+    auto* op = reinterpret_cast<io_op*>(static_cast<std::uintptr_t>(data));
+    w.untrack(op);
+    ++completed;
+    if (w.stopping) {
+      // Nobody will resume this task: do not leak what the op produced.
+      if (op->code == op_code::openat && res >= 0) {
+        ::close(res);
+        op->result = -ECANCELED;
+      } else {
+        op->result = res;
+      }
+    } else {
+      op->result = res;
+      spindle::detail::wake(op->task);  // op may be freed from here on
+    }
+  }
+  io_uring_cq_advance(&w.ring, seen);
+  if (rearm && !w.stopping) arm_wake(w);
+  return completed;
+}
+
+void uring_driver::flush(worker& w) noexcept {
+  if (io_uring_sq_ready(&w.ring) != 0 || w.in_flight.load(std::memory_order_relaxed) != 0) {
+    io_uring_submit_and_get_events(&w.ring);
+  }
+}
+
+std::size_t uring_driver::poll(std::size_t index) noexcept {
+  worker& w = workers_[index];
+  if (!w.enabled || w.stopped) return 0;
+  drain_remote(w);
+  flush(w);
+  return reap(w);
+}
+
+bool uring_driver::park_in_driver(std::size_t index) const noexcept {
+  worker const& w = workers_[index];
+  return w.in_flight.load(std::memory_order_relaxed) != 0 ||
+         w.remote_pending.load(std::memory_order_relaxed);
+}
+
+void uring_driver::park(std::size_t index) noexcept {
+  worker& w = workers_[index];
+  if (!w.enabled || w.stopped) return;
+  drain_remote(w);
+  if (io_uring_cq_ready(&w.ring) != 0) {
+    flush(w);
+    return;  // completions are waiting: poll() reaps them
+  }
+  // Blocks until a completion (an op's, or the eventfd read's after unpark).
+  // Errors (EINTR, EBUSY) just end the park early; poll() follows.
+  io_uring_submit_and_wait(&w.ring, 1);
+}
+
+void uring_driver::unpark(std::size_t index) noexcept {
+  std::uint64_t const one = 1;
+  ssize_t r;
+  do {
+    r = ::write(workers_[index].event_fd, &one, sizeof one);
+  } while (r < 0 && errno == EINTR);
+}
+
+void uring_driver::cancel_all(worker& w) noexcept {
+  // acquire_sqe may reap (only when the kernel reports an overflow), which
+  // unlinks ops while this walks the list: a walk cut short is completed by
+  // the next round.
+  for (io_op* op = w.tracked; op != nullptr; op = op->next) {
+    io_uring_sqe* sqe = acquire_sqe(w);
+    if (sqe == nullptr) return;
+    io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(op), 0);
+    io_uring_sqe_set_data64(sqe, cancel_tag);
+  }
+  if (w.wake_armed) {
+    if (io_uring_sqe* sqe = acquire_sqe(w)) {
+      io_uring_prep_cancel64(sqe, wake_tag, 0);
+      io_uring_sqe_set_data64(sqe, cancel_tag);
+    }
+  }
+}
+
+void uring_driver::on_worker_stop(std::size_t index) noexcept {
+  worker& w = workers_[index];
+  if (this_thread_worker.driver == this && this_thread_worker.index == index) {
+    this_thread_worker = thread_worker{};
+  }
+  if (w.stopped) return;
+
+  // Refuse further remote submissions; ops still queued were never submitted.
+  io_op* list = nullptr;
+  {
+    std::lock_guard lock(w.remote_mutex);
+    w.remote_closed = true;
+    list = w.remote_head;
+    w.remote_head = w.remote_tail = nullptr;
+    w.remote_pending.store(false, std::memory_order_relaxed);
+  }
+  cancel_unsubmitted(list);
+
+  if (w.enabled && w.ring_open) {
+    w.stopping = true;  // reap() completes ops without waking their tasks
+    auto last_issue = std::chrono::steady_clock::now() - 2 * cancel_retry;
+    while (w.in_flight.load(std::memory_order_relaxed) != 0 || w.wake_armed) {
+      auto const now = std::chrono::steady_clock::now();
+      if (now - last_issue >= cancel_retry) {
+        // (Re-)issue the cancellations: an op the kernel could not cancel
+        // yet (-EALREADY, e.g. a blocking read in an io-wq thread) is asked
+        // again until it completes.
+        cancel_all(w);
+        last_issue = now;
+      }
+      __kernel_timespec ts{};
+      ts.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(cancel_retry).count();
+      io_uring_cqe* cqe = nullptr;
+      io_uring_submit_and_wait_timeout(&w.ring, &cqe, 1, &ts, nullptr);
+      reap(w);
+    }
+  }
+  if (w.ring_open) {
+    io_uring_queue_exit(&w.ring);
+    w.ring_open = false;
+  }
+  w.stopped = true;
+}
+
+void uring_driver::shutdown() noexcept {
+  // Workers that never stopped (never started, or the runtime failed half
+  // way): refuse and cancel queued remote ops, release their rings.
+  for (std::size_t i = 0; i < worker_count_; ++i) {
+    worker& w = workers_[i];
+    if (w.stopped) continue;
+    io_op* list = nullptr;
+    {
+      std::lock_guard lock(w.remote_mutex);
+      w.remote_closed = true;
+      list = w.remote_head;
+      w.remote_head = w.remote_tail = nullptr;
+      w.remote_pending.store(false, std::memory_order_relaxed);
+    }
+    cancel_unsubmitted(list);
+    if (w.ring_open) {
+      io_uring_queue_exit(&w.ring);
+      w.ring_open = false;
+    }
+    w.stopped = true;
+  }
+}
+
+}  // namespace spindle::io::detail

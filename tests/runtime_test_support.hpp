@@ -1,0 +1,267 @@
+// Helpers shared by the runtime test binaries (test_join, test_block_on,
+// test_runtime, test_stress, ...): RAII counters, a task that never resumes,
+// waiting for a join handle from a plain thread, a one-waiter event built on
+// detail::wake, the stress scale and a no-progress watchdog.
+//
+// Nothing here measures time for correctness: deadlines only turn a hang
+// (a lost wake-up) into a failure with a message.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "spindle/detail/task_header.hpp"
+#include "spindle/join_handle.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/task.hpp"
+
+namespace spindle_test {
+
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------
+// Sanitizers and scale
+
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool under_tsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool under_tsan = true;
+#else
+inline constexpr bool under_tsan = false;
+#endif
+#else
+inline constexpr bool under_tsan = false;
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool under_asan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool under_asan = true;
+#else
+inline constexpr bool under_asan = false;
+#endif
+#else
+inline constexpr bool under_asan = false;
+#endif
+
+/// Multiplier for iteration counts: SPINDLE_STRESS_SCALE if set (e.g. 0.1),
+/// else 0.05 under ThreadSanitizer, 0.25 under AddressSanitizer, 1 otherwise.
+inline double stress_scale() {
+  static double const scale = [] {
+    if (char const* env = std::getenv("SPINDLE_STRESS_SCALE"); env != nullptr && *env != '\0') {
+      double v = std::strtod(env, nullptr);
+      if (v > 0) return v;
+    }
+    if (under_tsan) return 0.05;
+    if (under_asan) return 0.25;
+    return 1.0;
+  }();
+  return scale;
+}
+
+/// `n` scaled by stress_scale(), at least `min`.
+inline long scaled(long n, long min = 1) {
+  long v = static_cast<long>(static_cast<double>(n) * stress_scale());
+  return v < min ? min : v;
+}
+
+// ---------------------------------------------------------------------------
+// RAII counting
+
+struct counts {
+  std::atomic<long> constructed{0};
+  std::atomic<long> destroyed{0};
+  [[nodiscard]] long alive() const { return constructed.load() - destroyed.load(); }
+};
+
+/// Counts its constructions (copies and moves included) and destructions.
+class tracked {
+ public:
+  explicit tracked(counts& c) noexcept : c_(&c) { c_->constructed.fetch_add(1); }
+  tracked(tracked const& o) noexcept : c_(o.c_) { c_->constructed.fetch_add(1); }
+  tracked(tracked&& o) noexcept : c_(o.c_) { c_->constructed.fetch_add(1); }
+  tracked& operator=(tracked const&) = delete;
+  ~tracked() { c_->destroyed.fetch_add(1); }
+
+ private:
+  counts* c_;
+};
+
+// ---------------------------------------------------------------------------
+// Awaitables
+
+/// Suspends the current spindle task and never wakes it (a task "parked"
+/// forever). Outside a spindle task it does not suspend.
+struct suspend_forever {
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) const noexcept {
+    return spindle::detail::suspend_current(h) != nullptr;
+  }
+  void await_resume() const noexcept {}
+};
+
+/// A reusable single-waiter event built on detail::wake: set() wakes the task
+/// waiting in `co_await ev` (from any thread). The waiter calls reset() after
+/// it resumed and before it lets the setter set again.
+class test_event {
+ public:
+  void set() noexcept {
+    std::uintptr_t prev = state_.exchange(set_value, std::memory_order_acq_rel);
+    if (prev > set_value)
+      spindle::detail::wake(reinterpret_cast<spindle::detail::task_header*>(prev));
+  }
+  void reset() noexcept { state_.store(0, std::memory_order_release); }
+  [[nodiscard]] bool is_set() const noexcept {
+    return state_.load(std::memory_order_acquire) == set_value;
+  }
+
+  struct awaiter {
+    test_event* ev;
+    bool await_ready() const noexcept { return ev->is_set(); }
+    bool await_suspend(std::coroutine_handle<> h) const {
+      spindle::detail::task_header* self = spindle::detail::suspend_current(h);
+      if (self == nullptr) throw std::logic_error("test_event awaited outside a spindle task");
+      std::uintptr_t expected = 0;
+      return ev->state_.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(self),
+                                                std::memory_order_acq_rel,
+                                                std::memory_order_acquire);
+    }
+    void await_resume() const noexcept {}
+  };
+  awaiter operator co_await() noexcept { return awaiter{this}; }
+
+ private:
+  static constexpr std::uintptr_t set_value = 1;
+  std::atomic<std::uintptr_t> state_{0};
+};
+
+// ---------------------------------------------------------------------------
+// Waiting from plain threads (no block_on: the waiting thread runs no task)
+
+/// Waits (polling, bounded) until `pred()`; returns false on timeout.
+template <class Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds limit = 30s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (int spins = 0; !pred(); ++spins) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (spins < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(100us);
+    }
+  }
+  return true;
+}
+
+/// Waits from a non-runtime thread until the task finished, then takes its
+/// result (rethrowing). A task that does not finish within `limit` throws
+/// std::runtime_error (a hang becomes a failure).
+template <class T>
+T wait_and_take(spindle::join_handle<T>& h, std::chrono::milliseconds limit = 30s) {
+  if (!wait_until([&] { return h.is_finished(); }, limit)) {
+    throw std::runtime_error("wait_and_take: task did not finish in time (lost wake-up?)");
+  }
+  return h.take();
+}
+
+/// Spawns `t` from the calling (non-runtime) thread, so that it runs on a
+/// worker, and waits for it without running tasks on this thread.
+template <class T>
+T run_on_worker(spindle::runtime& rt, spindle::task<T> t) {
+  auto h = rt.spawn(std::move(t));
+  return wait_and_take(h);
+}
+
+// ---------------------------------------------------------------------------
+// Watchdog
+
+/// Progress counter that long tests bump; the watchdog aborts the process
+/// with a message when it does not move for the stall limit.
+inline std::atomic<std::uint64_t> g_progress{0};
+inline void progress() noexcept {
+  g_progress.fetch_add(1, std::memory_order_relaxed);
+}
+
+class watchdog {
+ public:
+  explicit watchdog(std::chrono::seconds stall) : stall_(stall), thread_([this] { run(); }) {}
+  watchdog(watchdog const&) = delete;
+  watchdog& operator=(watchdog const&) = delete;
+  ~watchdog() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    std::uint64_t last = g_progress.load();
+    auto last_change = std::chrono::steady_clock::now();
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(50ms);
+      std::uint64_t now_value = g_progress.load();
+      auto now = std::chrono::steady_clock::now();
+      if (now_value != last) {
+        last = now_value;
+        last_change = now;
+        continue;
+      }
+      if (now - last_change > stall_) {
+        std::string name = "?";
+        if (auto const* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+          name = std::string(info->test_suite_name()) + "." + info->name();
+        }
+        std::fprintf(stderr,
+                     "\n[watchdog] FAILED: no progress for %lld s in %s: lost wake-up or "
+                     "deadlock\n",
+                     static_cast<long long>(stall_.count()), name.c_str());
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+    }
+  }
+
+  std::chrono::seconds stall_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/// Installs a process-wide watchdog for a test binary: progress is bumped at
+/// every test start and end, and by tests through progress().
+class watchdog_environment : public ::testing::Environment {
+ public:
+  explicit watchdog_environment(std::chrono::seconds stall) : stall_(stall) {}
+  void SetUp() override {
+    dog_ = new watchdog(stall_);
+    ::testing::UnitTest::GetInstance()->listeners().Append(new forwarder);
+  }
+  void TearDown() override {
+    delete dog_;
+    dog_ = nullptr;
+  }
+
+ private:
+  struct forwarder : ::testing::EmptyTestEventListener {
+    void OnTestStart(::testing::TestInfo const&) override { progress(); }
+    void OnTestEnd(::testing::TestInfo const&) override { progress(); }
+  };
+  std::chrono::seconds stall_;
+  watchdog* dog_ = nullptr;
+};
+
+/// Stall limit: `base` seconds, tripled under sanitizers.
+inline std::chrono::seconds stall_limit(int base) {
+  return std::chrono::seconds(under_tsan || under_asan ? 3 * base : base);
+}
+
+}  // namespace spindle_test

@@ -1,0 +1,297 @@
+// Tests of the per-thread frame pools (runtime/src/frame_pool.cpp).
+//
+// The global operator new/delete are replaced in this binary to count the
+// calls a thread makes while it has counting switched on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "runtime_test_support.hpp"
+#include "spindle/detail/frame_pool.hpp"
+#include "spindle/runtime.hpp"
+
+// ThreadSanitizer's runtime defines operator new itself: no replacement
+// there, and the tests that count calls are skipped.
+#if defined(__SANITIZE_THREAD__)
+#define SPINDLE_TEST_REPLACE_NEW 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SPINDLE_TEST_REPLACE_NEW 0
+#endif
+#endif
+#ifndef SPINDLE_TEST_REPLACE_NEW
+#define SPINDLE_TEST_REPLACE_NEW 1
+#endif
+
+namespace {
+constexpr bool counting_available = SPINDLE_TEST_REPLACE_NEW != 0;
+thread_local bool t_counting = false;
+std::atomic<long> g_news{0};
+std::atomic<long> g_deletes{0};
+}  // namespace
+
+#if SPINDLE_TEST_REPLACE_NEW
+// noinline: GCC would otherwise see malloc paired with operator delete at
+// call sites and warn (-Wmismatched-new-delete).
+[[gnu::noinline]] void* operator new(std::size_t bytes) {
+  if (t_counting) g_news.fetch_add(1, std::memory_order_relaxed);
+  void* p = std::malloc(bytes == 0 ? 1 : bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+[[gnu::noinline]] void operator delete(void* p) noexcept {
+  if (p != nullptr && t_counting) g_deletes.fetch_add(1, std::memory_order_relaxed);
+  std::free(p);
+}
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
+  ::operator delete(p);
+}
+#endif
+
+namespace {
+
+using spindle::detail::frame_allocate;
+using spindle::detail::frame_deallocate;
+using spindle::detail::frame_pool_counters;
+using spindle::detail::frame_pool_thread_counters;
+
+/// Counts operator new/delete calls of the current thread within its scope.
+struct counting_scope {
+  long news0 = g_news.load();
+  long deletes0 = g_deletes.load();
+  counting_scope() { t_counting = true; }
+  ~counting_scope() { t_counting = false; }
+  [[nodiscard]] long news() const { return g_news.load() - news0; }
+  [[nodiscard]] long deletes() const { return g_deletes.load() - deletes0; }
+};
+
+/// Runs `fn` on a fresh thread, so that it starts with an empty pool.
+template <class Fn>
+void on_fresh_thread(Fn fn) {
+  std::thread t(fn);
+  t.join();
+}
+
+TEST(FramePool, ReusesAFreedBlockOfTheSameClass) {
+  on_fresh_thread([] {
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    void* p = frame_allocate(200);
+    frame_pool_counters c1 = frame_pool_thread_counters();
+    EXPECT_EQ(c1.pool_misses, c0.pool_misses + 1);
+    EXPECT_EQ(c1.pool_hits, c0.pool_hits);
+    frame_deallocate(p, 200);
+
+    // 193..256 bytes share a class: the freed block comes back.
+    void* q = frame_allocate(256);
+    EXPECT_EQ(q, p);
+    frame_pool_counters c2 = frame_pool_thread_counters();
+    EXPECT_EQ(c2.pool_hits, c1.pool_hits + 1);
+    EXPECT_EQ(c2.pool_misses, c1.pool_misses);
+
+    // Another class does not get it.
+    void* r = frame_allocate(257);
+    EXPECT_NE(r, p);
+    EXPECT_EQ(frame_pool_thread_counters().pool_misses, c2.pool_misses + 1);
+    frame_deallocate(r, 257);
+    frame_deallocate(q, 256);
+  });
+}
+
+TEST(FramePool, SteadyStateIsServedFromThePool) {
+  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
+  on_fresh_thread([] {
+    std::vector<std::size_t> sizes = {8, 64, 65, 100, 128, 300, 1000, 2048, 4000, 4096};
+    // Warm up: one block per class.
+    for (std::size_t s : sizes)
+      frame_deallocate(frame_allocate(s), s);
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    counting_scope scope;
+    constexpr int rounds = 10'000;
+    for (int i = 0; i < rounds; ++i) {
+      std::size_t s = sizes[static_cast<std::size_t>(i) % sizes.size()];
+      void* p = frame_allocate(s);
+      frame_deallocate(p, s);
+    }
+    frame_pool_counters c1 = frame_pool_thread_counters();
+    EXPECT_EQ(c1.pool_hits - c0.pool_hits, static_cast<std::uint64_t>(rounds));
+    EXPECT_EQ(c1.pool_misses, c0.pool_misses);
+    EXPECT_EQ(scope.news(), 0) << "steady state called operator new";
+    EXPECT_EQ(scope.deletes(), 0);
+  });
+}
+
+TEST(FramePool, SizesOver4096GoToOperatorNew) {
+  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
+  on_fresh_thread([] {
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    counting_scope scope;
+    void* p = frame_allocate(4097);
+    EXPECT_EQ(scope.news(), 1);
+    frame_deallocate(p, 4097);
+    EXPECT_EQ(scope.deletes(), 1) << "a large block was cached instead of deleted";
+    void* q = frame_allocate(4097);
+    EXPECT_EQ(scope.news(), 2) << "a large block was served from a pool";
+    frame_deallocate(q, 4097);
+    void* big = frame_allocate(1 << 20);
+    EXPECT_EQ(scope.news(), 3);
+    frame_deallocate(big, 1 << 20);
+    EXPECT_EQ(scope.deletes(), 3);
+    frame_pool_counters c1 = frame_pool_thread_counters();
+    EXPECT_EQ(c1.pool_hits, c0.pool_hits);
+    EXPECT_EQ(c1.pool_misses, c0.pool_misses) << "large requests are not pool traffic";
+
+    // 4096 itself is the largest pooled class.
+    void* r = frame_allocate(4096);
+    frame_deallocate(r, 4096);
+    long news = scope.news();
+    void* s = frame_allocate(4096);
+    EXPECT_EQ(scope.news(), news);
+    EXPECT_EQ(s, r);
+    frame_deallocate(s, 4096);
+  });
+}
+
+TEST(FramePool, BlocksFreedOnAnotherThreadJoinThatThreadsPool) {
+  constexpr int n = 8;
+  std::vector<void*> blocks(n);
+  on_fresh_thread([&] {
+    for (auto& b : blocks)
+      b = frame_allocate(512);
+  });
+  on_fresh_thread([&] {
+    for (void* b : blocks)
+      frame_deallocate(b, 512);
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    std::vector<void*> again;
+    again.reserve(n);  // no operator new while counting
+    counting_scope scope;
+    for (int i = 0; i < n; ++i)
+      again.push_back(frame_allocate(512));
+    frame_pool_counters c1 = frame_pool_thread_counters();
+    EXPECT_EQ(c1.pool_hits - c0.pool_hits, static_cast<std::uint64_t>(n));
+    EXPECT_EQ(c1.pool_misses, c0.pool_misses);
+    if (counting_available) {
+      EXPECT_EQ(scope.news(), 0);
+    }
+    t_counting = false;
+    EXPECT_EQ(std::set<void*>(again.begin(), again.end()),
+              std::set<void*>(blocks.begin(), blocks.end()));
+    for (void* b : again)
+      frame_deallocate(b, 512);
+  });
+}
+
+TEST(FramePool, AThreadCachesAtMost16MiBInAllClasses) {
+  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
+  on_fresh_thread([] {
+    constexpr std::size_t cap_blocks = 16 * 1024 * 1024 / 4096;  // 4096 blocks of 4 KiB
+    constexpr std::size_t n = cap_blocks + 100;
+    std::vector<void*> blocks(n);
+    for (auto& b : blocks)
+      b = frame_allocate(4096);
+    void* small = frame_allocate(64);
+    {
+      counting_scope scope;
+      for (void* b : blocks)
+        frame_deallocate(b, 4096);
+      EXPECT_EQ(scope.deletes(), 100) << "blocks beyond 16 MiB must go back to the system";
+      // The cap is over all classes: a full cache rejects a small block too.
+      frame_deallocate(small, 64);
+      EXPECT_EQ(scope.deletes(), 101);
+    }
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    for (auto& b : blocks)
+      b = frame_allocate(4096);
+    frame_pool_counters c1 = frame_pool_thread_counters();
+    EXPECT_EQ(c1.pool_hits - c0.pool_hits, cap_blocks);
+    EXPECT_EQ(c1.pool_misses - c0.pool_misses, 100u);
+    // Taking blocks out made room again.
+    frame_deallocate(blocks.back(), 4096);
+    blocks.pop_back();
+    void* again = frame_allocate(4096);
+    EXPECT_EQ(frame_pool_thread_counters().pool_hits, c1.pool_hits + 1);
+    blocks.push_back(again);
+    for (void* b : blocks)
+      frame_deallocate(b, 4096);
+  });
+}
+
+TEST(FramePool, CachedBlocksAreReleasedWhenTheThreadExits) {
+  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
+  long deletes_before = g_deletes.load();
+  on_fresh_thread([] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 20; ++i)
+      blocks.push_back(frame_allocate(1024));
+    for (void* b : blocks)
+      frame_deallocate(b, 1024);
+    t_counting = true;  // stays on through the thread's exit
+  });
+  // At least the 20 cached blocks (thread exit may delete more: its own state).
+  EXPECT_GE(g_deletes.load() - deletes_before, 20);
+}
+
+TEST(FramePool, BlocksAreAlignedAndUsable) {
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (std::size_t s = 0; s <= 5000; s += 37) {
+    void* p = frame_allocate(s);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignof(std::max_align_t), 0u) << s;
+    std::fill_n(static_cast<unsigned char*>(p), s, static_cast<unsigned char>(s));
+    blocks.emplace_back(p, s);
+  }
+  for (auto const& block : blocks) {
+    auto* bytes = static_cast<unsigned char*>(block.first);
+    auto fill = static_cast<unsigned char>(block.second);
+    EXPECT_TRUE(
+        std::all_of(bytes, bytes + block.second, [&](unsigned char c) { return c == fill; }))
+        << "blocks overlap (size " << block.second << ")";
+  }
+  for (auto [p, s] : blocks)
+    frame_deallocate(p, s);
+}
+
+// DESIGN.md: "steady-state spawn/await does not call malloc". One worker, so
+// every frame and header is allocated and freed on the same thread.
+spindle::task<int> child(int i) {
+  co_return i + 1;
+}
+
+spindle::task<long> spawn_await_loop(int warmup, int measured, long* news) {
+  long sum = 0;
+  for (int i = 0; i < warmup; ++i)
+    sum += co_await spindle::spawn(child(i));
+  {
+    counting_scope scope;
+    for (int i = 0; i < measured; ++i)
+      sum += co_await spindle::spawn(child(i));
+    *news = scope.news();
+  }
+  co_return sum;
+}
+
+TEST(FramePool, SteadyStateSpawnAwaitDoesNotCallOperatorNew) {
+  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
+  spindle::runtime rt{{.workers = 1}};
+  long news = -1;
+  constexpr int warmup = 1000;
+  constexpr int measured = 10'000;
+  long sum = spindle_test::run_on_worker(rt, spawn_await_loop(warmup, measured, &news));
+  long expected = 0;
+  for (int i = 0; i < warmup; ++i)
+    expected += i + 1;
+  for (int i = 0; i < measured; ++i)
+    expected += i + 1;
+  EXPECT_EQ(sum, expected);
+  EXPECT_EQ(news, 0) << "operator new calls in " << measured << " spawn+await iterations";
+}
+
+}  // namespace

@@ -1,0 +1,475 @@
+// Tests of spawn and spindle::join_handle<T>: results, exceptions, detach,
+// abort, misuse errors, and spawning from foreign threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <coroutine>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "runtime_test_support.hpp"
+#include "spindle/errors.hpp"
+#include "spindle/join_handle.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/task.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::join_handle;
+using spindle::task;
+using spindle_test::counts;
+using spindle_test::test_event;
+using spindle_test::tracked;
+
+auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
+    new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
+
+struct custom_error : std::runtime_error {
+  explicit custom_error(int c) : std::runtime_error("custom error " + std::to_string(c)), code(c) {}
+  int code;
+};
+
+task<int> value_of(int v) {
+  co_return v;
+}
+task<void> nothing() {
+  co_return;
+}
+task<int> throw_code(int code) {
+  throw custom_error(code);
+  co_return 0;
+}
+template <class T>
+task<T> await_handle(join_handle<T> h) {
+  co_return co_await h;
+}
+
+/// Errno-style code of a std::system_error thrown by `fn`, or a default error_code.
+template <class Fn>
+std::error_code system_error_of(Fn fn) {
+  try {
+    fn();
+  } catch (std::system_error const& e) {
+    return e.code();
+  }
+  return {};
+}
+
+TEST(Join, SpawnAndAwaitReturnsTheValue) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    auto a = spindle::spawn(value_of(20));
+    auto b = spindle::spawn(value_of(22));
+    // Awaited in the opposite order of spawning.
+    int vb = co_await b;
+    int va = co_await a;
+    co_return va + vb;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 42);
+  EXPECT_EQ(spindle_test::run_on_worker(rt, outer()), 42);
+}
+
+TEST(Join, VoidAndMoveOnlyResults) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    co_await spindle::spawn(nothing());
+    auto make = []() -> task<std::unique_ptr<int>> { co_return std::make_unique<int>(9); };
+    std::unique_ptr<int> p = co_await spindle::spawn(make());
+    co_return *p;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 9);
+}
+
+TEST(Join, ExceptionIsRethrownAtJoin) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    auto h = spindle::spawn(throw_code(7));
+    try {
+      co_await h;
+    } catch (custom_error const& e) {
+      co_return e.code;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 7);
+  // Through block_on on the spawning thread.
+  auto h = rt.spawn(throw_code(8));
+  try {
+    rt.block_on(await_handle(std::move(h)));
+    ADD_FAILURE() << "no exception";
+  } catch (custom_error const& e) {
+    EXPECT_EQ(e.code, 8);
+  }
+  EXPECT_EQ(rt.stats().detached_exceptions, 0u) << "a joined exception was counted as detached";
+}
+
+task<int> wait_then_return(test_event* ev, int v) {
+  co_await *ev;
+  co_return v;
+}
+
+TEST(Join, IsFinishedTracksCompletion) {
+  test_event ev;
+  spindle::runtime rt{{.workers = 2}};
+  join_handle<int> empty;
+  EXPECT_FALSE(empty.is_finished());
+  EXPECT_FALSE(empty.valid());
+
+  auto h = rt.spawn(wait_then_return(&ev, 5));
+  EXPECT_TRUE(h.valid());
+  EXPECT_FALSE(h.is_finished()) << "finished before its event was set";
+  ev.set();  // wakes the task from this foreign thread
+  ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }));
+  EXPECT_EQ(h.take(), 5);
+}
+
+TEST(Join, AwaitBeforeAndAfterCompletion) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    // Completes after the await suspended (the waiter path).
+    test_event ev;
+    auto slow = spindle::spawn(wait_then_return(&ev, 1));
+    auto setter = [](test_event* e) -> task<void> {
+      e->set();
+      co_return;
+    };
+    auto s = spindle::spawn(setter(&ev));
+    int a = co_await slow;
+    co_await s;
+    // Completed before the await (the ready path).
+    auto fast = spindle::spawn(value_of(2));
+    while (!fast.is_finished())
+      co_await spindle::yield_now();
+    int b = co_await fast;
+    co_return a * 10 + b;
+  };
+  EXPECT_EQ(spindle_test::run_on_worker(rt, outer()), 12);
+}
+
+task<void> wait_then_count(test_event* ev, std::atomic<int>* counter,
+                           [[maybe_unused]] tracked local) {
+  co_await *ev;
+  counter->fetch_add(1);
+}
+
+TEST(Join, DroppingTheHandleDetaches) {
+  counts c;
+  std::atomic<int> counter{0};
+  test_event ev;
+  spindle::runtime rt{{.workers = 2}};
+  {
+    auto h = rt.spawn(wait_then_count(&ev, &counter, tracked(c)));
+  }  // dropped while the task waits
+  EXPECT_EQ(counter.load(), 0);
+  ev.set();
+  ASSERT_TRUE(spindle_test::wait_until([&] { return counter.load() == 1; }))
+      << "a detached task did not run to completion";
+  ASSERT_TRUE(spindle_test::wait_until([&] { return c.alive() == 0; }))
+      << "the detached task's frame was not freed";
+}
+
+TEST(Join, MoveAssignOverALiveHandleDetachesTheOldTask) {
+  std::atomic<int> counter{0};
+  counts c;
+  test_event ev;
+  spindle::runtime rt{{.workers = 2}};
+  auto h = rt.spawn(wait_then_count(&ev, &counter, tracked(c)));
+  join_handle<void> other = rt.spawn(nothing());
+  h = std::move(other);
+  EXPECT_FALSE(other.valid());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(system_error_of([&] { (void)other.take(); }), std::errc::invalid_argument);
+  ev.set();
+  ASSERT_TRUE(spindle_test::wait_until([&] { return counter.load() == 1; }));
+  spindle_test::wait_and_take(h);
+}
+
+task<void> wait_then_throw(test_event* ev) {
+  co_await *ev;
+  throw custom_error(99);
+}
+
+TEST(Join, DetachedExceptionIsCountedAndReported) {
+  test_event ev;
+  spindle::runtime rt{{.workers = 2}};
+  testing::internal::CaptureStderr();
+  { auto h = rt.spawn(wait_then_throw(&ev)); }
+  EXPECT_EQ(rt.stats().detached_exceptions, 0u);
+  ev.set();
+  // The report is printed before the task stops counting as alive.
+  bool counted = spindle_test::wait_until([&] {
+    auto s = rt.stats();
+    return s.detached_exceptions == 1 && s.tasks_alive == 0;
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(counted) << "detached exception not counted";
+  EXPECT_NE(err.find("custom error 99"), std::string::npos) << "stderr: " << err;
+}
+
+TEST(Join, UnobservedExceptionOfADroppedFinishedHandleIsReported) {
+  spindle::runtime rt{{.workers = 2}};
+  testing::internal::CaptureStderr();
+  {
+    auto h = rt.spawn(throw_code(55));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }));
+  }  // dropped without taking the exception
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("custom error 55"), std::string::npos) << "stderr: " << err;
+}
+
+task<int> victim([[maybe_unused]] tracked param, bool* body_ran) {
+  *body_ran = true;
+  co_return 1;
+}
+
+TEST(Join, AbortBeforeTheTaskRanCancelsIt) {
+  counts c;
+  bool body_ran = false;
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = [](counts* c, bool* body_ran) -> task<int> {
+    // Spawned from a worker: the child sits in this worker's LIFO slot and
+    // cannot run before this task suspends.
+    auto h = spindle::spawn(victim(tracked(*c), body_ran));
+    h.abort();
+    try {
+      co_await h;
+    } catch (spindle::task_cancelled const&) {
+      co_return 1;
+    }
+    co_return 0;
+  };
+  EXPECT_EQ(spindle_test::run_on_worker(rt, outer(&c, &body_ran)), 1) << "no task_cancelled";
+  EXPECT_FALSE(body_ran) << "the aborted task's body ran";
+  EXPECT_EQ(c.alive(), 0) << "the aborted task's frame (parameters) was not destroyed";
+}
+
+task<void> yield_forever([[maybe_unused]] tracked local, std::atomic<bool>* started,
+                         bool* passed_loop) {
+  started->store(true);
+  for (int i = 0; i < 1'000'000'000; ++i)
+    co_await spindle::yield_now();
+  *passed_loop = true;
+}
+
+TEST(Join, AbortStopsARunningTaskAtItsNextResumption) {
+  counts c;
+  std::atomic<bool> started{false};
+  bool passed_loop = false;
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = [](counts* c, std::atomic<bool>* started, bool* passed) -> task<int> {
+    auto h = spindle::spawn(yield_forever(tracked(*c), started, passed));
+    while (!started->load())
+      co_await spindle::yield_now();
+    h.abort();
+    try {
+      co_await h;
+    } catch (spindle::task_cancelled const&) {
+      co_return 1;
+    }
+    co_return 0;
+  };
+  EXPECT_EQ(spindle_test::run_on_worker(rt, outer(&c, &started, &passed_loop)), 1);
+  EXPECT_FALSE(passed_loop);
+  EXPECT_EQ(c.alive(), 0);
+}
+
+TEST(Join, AbortOnAFinishedTaskIsANoOp) {
+  spindle::runtime rt{{.workers = 2}};
+  auto h = rt.spawn(value_of(3));
+  ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }));
+  h.abort();
+  EXPECT_TRUE(h.is_finished());
+  EXPECT_EQ(h.take(), 3);
+  // Same from inside the runtime, through co_await.
+  auto outer = []() -> task<int> {
+    auto h = spindle::spawn(value_of(4));
+    while (!h.is_finished())
+      co_await spindle::yield_now();
+    h.abort();
+    co_return co_await h;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 4);
+}
+
+task<void> park_forever([[maybe_unused]] tracked local, std::atomic<bool>* started) {
+  started->store(true);
+  co_await spindle_test::suspend_forever{};
+}
+
+// Tokio's JoinHandle::abort cancels an idle task at once (it schedules it to
+// be dropped). A task suspended on something that never wakes it must be
+// cancelled by abort() too, or awaiting its handle hangs forever.
+TEST(Join, AbortCancelsATaskSuspendedForever) {
+  counts c;
+  std::atomic<bool> started{false};
+  spindle::runtime rt{{.workers = 2}};
+  auto h = rt.spawn(park_forever(tracked(c), &started));
+  ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
+  h.abort();
+  // Deadline only against the hang: a cancelled task completes at once.
+  bool finished = spindle_test::wait_until([&] { return h.is_finished(); }, 3s);
+  EXPECT_TRUE(finished) << "abort() left a suspended task suspended: awaiting its handle hangs";
+  if (finished) {
+    EXPECT_THROW(h.take(), spindle::task_cancelled);
+    EXPECT_EQ(c.alive(), 0);
+  }
+}
+
+TEST(Join, AwaitingAHandleTwiceThrowsInvalidArgument) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    auto h = spindle::spawn(value_of(1));
+    int v = co_await h;
+    try {
+      (void)co_await h;
+    } catch (std::system_error const& e) {
+      if (e.code() == std::errc::invalid_argument) co_return v + 10;
+      co_return -2;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 11);
+
+  auto h = rt.spawn(value_of(2));
+  EXPECT_EQ(spindle_test::wait_and_take(h), 2);
+  EXPECT_EQ(system_error_of([&] { (void)h.take(); }), std::errc::invalid_argument);
+
+  // An empty handle cannot be awaited either.
+  auto empty_await = []() -> task<int> {
+    join_handle<int> empty;
+    try {
+      co_await empty;
+    } catch (std::system_error const& e) {
+      co_return e.code() == std::errc::invalid_argument ? 1 : -2;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(empty_await()), 1);
+}
+
+TEST(Join, AwaitingACancelledHandleTwiceThrowsInvalidArgumentTheSecondTime) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    auto h = spindle::spawn(value_of(1));
+    h.abort();
+    int result = 0;
+    try {
+      co_await h;
+    } catch (spindle::task_cancelled const&) {
+      result += 1;
+    }
+    try {
+      co_await h;
+    } catch (std::system_error const& e) {
+      if (e.code() == std::errc::invalid_argument) result += 10;
+    }
+    co_return result;
+  };
+  EXPECT_EQ(spindle_test::run_on_worker(rt, outer()), 11);
+}
+
+TEST(Join, SpawnOutsideARuntimeThrowsOperationNotPermitted) {
+  EXPECT_EQ(system_error_of([] { (void)spindle::spawn(value_of(1)); }),
+            std::errc::operation_not_permitted);
+  std::error_code from_thread;
+  std::thread([&] {
+    from_thread = system_error_of([] { (void)spindle::spawn(value_of(1)); });
+  }).join();
+  EXPECT_EQ(from_thread, std::errc::operation_not_permitted);
+}
+
+TEST(Join, SpawnOfAnEmptyTaskThrowsInvalidArgument) {
+  spindle::runtime rt{{.workers = 1}};
+  EXPECT_EQ(system_error_of([&] { (void)rt.spawn(task<int>{}); }), std::errc::invalid_argument);
+  auto inside = []() -> task<int> {
+    try {
+      (void)spindle::spawn(task<int>{});
+    } catch (std::system_error const& e) {
+      co_return e.code() == std::errc::invalid_argument ? 1 : -2;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(inside()), 1);
+}
+
+// A join handle awaited by a coroutine that no runtime runs.
+struct eager {
+  struct promise_type {
+    eager get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+eager await_outside(join_handle<int>* h, std::error_code* code) {
+  try {
+    (void)co_await *h;
+  } catch (std::system_error const& e) {
+    *code = e.code();
+  }
+}
+
+TEST(Join, AwaitingOutsideATaskThrowsOperationNotPermitted) {
+  test_event ev;
+  spindle::runtime rt{{.workers = 1}};
+  auto h = rt.spawn(wait_then_return(&ev, 3));
+  std::error_code code;
+  await_outside(&h, &code);
+  EXPECT_EQ(code, std::errc::operation_not_permitted);
+  ev.set();
+  EXPECT_EQ(spindle_test::wait_and_take(h), 3) << "a refused await must leave the handle usable";
+}
+
+TEST(Join, SpawnFromAForeignThreadAndJoinWithBlockOn) {
+  spindle::runtime rt{{.workers = 2}};
+  std::vector<join_handle<int>> handles(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back(
+        [&, i] { handles[static_cast<std::size_t>(i)] = rt.spawn(value_of(i * 100)); });
+  }
+  for (auto& t : threads)
+    t.join();
+  int sum = 0;
+  for (auto& h : handles)
+    sum += rt.block_on(await_handle(std::move(h)));
+  EXPECT_EQ(sum, 600);
+  EXPECT_GE(rt.stats().total_spawned, 4u);
+}
+
+TEST(Join, ChainOfJoinsAcrossWorkers) {
+  spindle::runtime rt{{.workers = 3}};
+  // Each task spawns the next and awaits it: 2,000 nested joins.
+  struct chain {
+    static task<long> link(int depth) {
+      if (depth == 0) co_return 0;
+      auto h = spindle::spawn(link(depth - 1));
+      co_await spindle::yield_now();  // let the child move to another worker
+      co_return 1 + co_await h;
+    }
+  };
+  EXPECT_EQ(rt.block_on(chain::link(2'000)), 2'000);
+}
+
+TEST(Join, ManyHandlesAwaitedInAnyOrder) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<long> {
+    std::vector<join_handle<int>> hs;
+    for (int i = 0; i < 1000; ++i)
+      hs.push_back(spindle::spawn(value_of(i)));
+    long sum = 0;
+    for (std::size_t i = 0; i < hs.size(); i += 2)
+      sum += co_await hs[i];
+    for (std::size_t i = 1; i < hs.size(); i += 2)
+      sum += co_await hs[i];
+    co_return sum;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 999 * 1000 / 2);
+}
+
+}  // namespace
