@@ -125,6 +125,10 @@ class test_event {
   [[nodiscard]] bool is_set() const noexcept {
     return state_.load(std::memory_order_acquire) == set_value;
   }
+  /// True while a task is registered as waiting (suspended or suspending).
+  [[nodiscard]] bool has_waiter() const noexcept {
+    return state_.load(std::memory_order_acquire) > set_value;
+  }
 
   struct awaiter {
     test_event* ev;

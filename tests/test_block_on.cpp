@@ -181,6 +181,40 @@ TEST(BlockOn, CallerRunsTheTaskWhenEveryWorkerIsBusy) {
   EXPECT_TRUE(spindle_test::wait_and_take(h)) << "block_on waited for the busy worker";
 }
 
+// The same with a task that suspends first: it is woken (from another
+// thread) while the caller already sleeps in block_on and the only worker is
+// still busy. Block-on-complete means the caller runs it; otherwise it waits
+// for the worker. (The 50 ms pause only makes it likely that the caller is
+// asleep by then; a correct runtime passes whatever the timing.)
+TEST(BlockOn, CallerRunsItsTaskWokenWhileEveryWorkerIsBusy) {
+  std::atomic<bool> started{false};
+  std::atomic<bool> released{false};
+  test_event ev;
+  spindle::runtime rt{{.workers = 1}};
+  auto blocker = [](std::atomic<bool>* started, std::atomic<bool>* released) -> task<bool> {
+    started->store(true);
+    co_return spindle_test::wait_until([&] { return released->load(); }, 5s);
+  };
+  auto h = rt.spawn(blocker(&started, &released));
+  ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
+  auto waits = [](test_event* ev, std::atomic<bool>* released) -> task<int> {
+    co_await *ev;
+    released->store(true);
+    co_return 1;
+  };
+  std::thread waker([&] {
+    if (spindle_test::wait_until([&] { return ev.has_waiter(); })) {
+      std::this_thread::sleep_for(50ms);
+    }
+    ev.set();
+  });
+  EXPECT_EQ(rt.block_on(waits(&ev, &released)), 1);
+  waker.join();
+  EXPECT_TRUE(spindle_test::wait_and_take(h))
+      << "block_on slept while its woken task sat in the global queue and the only worker was "
+         "busy: the caller did not help";
+}
+
 TEST(BlockOn, FromInsideAWorkerThrowsResourceDeadlock) {
   spindle::runtime rt{{.workers = 2}};
   auto inner = [](spindle::runtime* rt) -> task<int> {

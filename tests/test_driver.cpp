@@ -1,7 +1,8 @@
 // Tests of the I/O drivers (io/src): backend selection (config.io, SPINDLE_IO,
 // fallback when io_uring is refused), the uring driver's park/unpark and
 // setup flags, the thread pool's size, the non-worker (block_on) submission
-// path, and shutdown with operations in flight.
+// path, cancellation of single operations (join_handle::abort's hook) on
+// hand-driven drivers, and shutdown with operations in flight.
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -27,6 +28,7 @@
 #include <gtest/gtest.h>
 
 #include "spindle/detail/driver.hpp"
+#include "spindle/detail/task_header.hpp"
 #include "spindle/io.hpp"
 #include "spindle/runtime.hpp"
 #include "threadpool_driver.hpp"
@@ -407,6 +409,205 @@ TEST(UringRing, MoreOperationsThanRingEntries) {
     EXPECT_EQ(rt.block_on(many_small_reads(dir / "data", 3000)), 3000u) << workers;
   }
   fs::remove_all(dir);
+}
+
+// --- cancellation (join_handle::abort) on hand-driven drivers -----------------
+
+using spindle::io::detail::cancel_done;
+using spindle::io::detail::io_driver;
+using spindle::io::detail::io_op;
+using spindle::io::detail::op_code;
+
+/// A task that is already complete: wake() on it does nothing, so drivers
+/// driven by hand can complete ops without a scheduler task behind them.
+struct finished_task {
+  spindle::detail::task_header header;
+  finished_task() { header.state.store(spindle::detail::state_bits::complete); }
+};
+
+bool op_done(io_op const& op) {
+  return op.cancel.load(std::memory_order_acquire) == cancel_done;
+}
+
+/// Waits (bounded) for `op` to complete while `drive` runs a step of the
+/// driver (polling by hand: the scheduler behind these drivers is not theirs).
+template <class Step>
+bool drive_until_done(io_op const& op, Step step) {
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!op_done(op)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    step();
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST_F(UringDriver, CancelWithdrawsOpsStillOnTheRemoteList) {
+  auto drv = make(1);  // worker 0 never starts: this thread's ops wait on its remote list
+  auto* io = dynamic_cast<io_driver*>(drv.get());
+  ASSERT_NE(io, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+  finished_task t;
+  std::byte buffer[8];
+  auto read_op = [&](io_op& op) {
+    op.code = op_code::read;
+    op.fd = p[0];
+    op.buffer = buffer;
+    op.length = sizeof buffer;
+    op.task = &t.header;
+    op.driver = io;
+  };
+  io_op a, b, c, d;
+  for (io_op* op : {&a, &b, &c})
+    read_op(*op);
+  ASSERT_TRUE(io->submit(a));
+  ASSERT_TRUE(io->submit(b));
+  ASSERT_TRUE(io->submit(c));
+  // Middle, tail, then head; then the list must still take and give back ops.
+  EXPECT_TRUE(io->cancel(b));
+  EXPECT_TRUE(io->cancel(c));
+  EXPECT_TRUE(io->cancel(a));
+  for (io_op* op : {&a, &b, &c})
+    EXPECT_EQ(op->result, -ECANCELED);
+  read_op(d);
+  ASSERT_TRUE(io->submit(d));
+  EXPECT_TRUE(io->cancel(d));
+  EXPECT_EQ(d.result, -ECANCELED);
+
+  // A withdrawn close still closes the descriptor the file gave up.
+  io_op close_op;
+  close_op.code = op_code::close;
+  close_op.fd = p[1];
+  close_op.task = &t.header;
+  close_op.driver = io;
+  ASSERT_TRUE(io->submit(close_op));
+  EXPECT_TRUE(io->cancel(close_op));
+  EXPECT_EQ(::read(p[0], buffer, sizeof buffer), 0) << "the write end is still open";
+  ::close(p[0]);
+  drv->shutdown();
+}
+
+// How the cancel reaches ring 0: prepared on the worker's own thread, queued
+// by another thread and issued by the worker's next poll, or queued and then
+// overtaken by the worker stopping.
+enum class cancel_from { worker_itself, other_thread, other_thread_then_stop };
+
+class UringCancel : public UringDriver, public ::testing::WithParamInterface<cancel_from> {};
+
+TEST_P(UringCancel, InterruptsAPipeReadInTheRing) {
+  auto drv = make(1);
+  auto* io = dynamic_cast<io_driver*>(drv.get());
+  ASSERT_NE(io, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  finished_task t;
+  std::byte buffer[8];
+  io_op op;
+  op.code = op_code::read;
+  op.fd = p[0];
+  op.buffer = buffer;
+  op.length = sizeof buffer;
+  op.task = &t.header;
+  op.driver = io;
+  std::atomic<int> phase{0};
+  bool completed = false;
+  std::thread worker([&] {
+    drv->on_worker_start(0);
+    EXPECT_TRUE(io->submit(op));  // this thread is worker 0: straight into its ring
+    drv->poll(0);                 // submitted: waits on the empty pipe in the kernel
+    if (GetParam() == cancel_from::worker_itself) {
+      EXPECT_FALSE(io->cancel(op));  // prepared here, submitted by the next poll
+    }
+    phase.store(1);
+    while (phase.load() != 2)
+      std::this_thread::yield();
+    if (GetParam() != cancel_from::other_thread_then_stop) {
+      completed = drive_until_done(op, [&] { drv->poll(0); });
+    }
+    drv->on_worker_stop(0);  // (then_stop: drops the request, cancels and reaps)
+    completed = completed || op_done(op);
+  });
+  while (phase.load() != 1)
+    std::this_thread::yield();
+  if (GetParam() != cancel_from::worker_itself) {
+    EXPECT_FALSE(io->cancel(op));  // in flight: the completion will come
+  }
+  phase.store(2);
+  worker.join();
+  EXPECT_TRUE(completed);
+  EXPECT_EQ(op.result, -ECANCELED);
+  ::close(p[0]);
+  ::close(p[1]);
+  drv->shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(From, UringCancel,
+                         ::testing::Values(cancel_from::worker_itself, cancel_from::other_thread,
+                                           cancel_from::other_thread_then_stop),
+                         [](auto const& info) {
+                           switch (info.param) {
+                             case cancel_from::worker_itself:
+                               return "WorkerItself";
+                             case cancel_from::other_thread:
+                               return "OtherThread";
+                             default:
+                               return "OtherThreadThenStop";
+                           }
+                         });
+
+TEST(ThreadpoolDriver, CancelWithdrawsQueuedOpsAndInterruptsARunningPipeRead) {
+  runtime rt{runtime_config{.workers = 1, .io = io_backend::threadpool}};
+  using spindle::io::detail::threadpool_driver;
+  threadpool_driver drv(*rt.scheduler_handle(), 1, 1);  // a single pool thread
+  finished_task t;
+  int a[2];
+  int b[2];
+  ASSERT_EQ(::pipe2(a, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(b, O_CLOEXEC), 0);
+  std::byte buffer_a[8];
+  std::byte buffer_b[8];
+  auto read_op = [&](io_op& op, int fd, std::byte* buffer) {
+    op.code = op_code::read;
+    op.fd = fd;
+    op.buffer = buffer;
+    op.length = 8;
+    op.task = &t.header;
+    op.driver = &drv;
+  };
+  bool interrupted = false;
+  // `running` is withdrawn instead when cancel() comes before the pool
+  // thread took it: retry until it found it running.
+  for (int attempt = 0; attempt < 100 && !interrupted; ++attempt) {
+    io_op running;
+    io_op queued;
+    read_op(running, a[0], buffer_a);
+    read_op(queued, b[0], buffer_b);
+    ASSERT_TRUE(drv.submit(running));
+    ASSERT_TRUE(drv.submit(queued));  // behind `running`, which never completes by itself
+    EXPECT_TRUE(drv.cancel(queued));
+    EXPECT_EQ(queued.result, -ECANCELED);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (drv.cancel(running)) {
+      EXPECT_EQ(running.result, -ECANCELED);
+      continue;
+    }
+    ASSERT_TRUE(drive_until_done(running, [] {})) << "the pipe wait was not interrupted";
+    EXPECT_EQ(running.result, -ECANCELED);
+    interrupted = true;
+  }
+  EXPECT_TRUE(interrupted);
+  // The pool thread is free again and its next pipe read is not disturbed.
+  ASSERT_EQ(::write(b[1], "ok", 2), 2);
+  io_op next;
+  read_op(next, b[0], buffer_b);
+  ASSERT_TRUE(drv.submit(next));
+  ASSERT_TRUE(drive_until_done(next, [] {}));
+  EXPECT_EQ(next.result, 2);
+  drv.on_worker_stop(0);
+  drv.shutdown();
+  for (int fd : {a[0], a[1], b[0], b[1]})
+    ::close(fd);
 }
 
 // --- shutdown -----------------------------------------------------------------

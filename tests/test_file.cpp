@@ -2,7 +2,10 @@
 //
 // Every test runs once with io_backend::uring and once with
 // io_backend::threadpool (runtime_config{.workers = 2, .io = ...}); the uring
-// run is skipped when io_uring cannot be set up on the machine.
+// run is skipped when io_uring cannot be set up on the machine. The Abort*
+// tests check join_handle::abort() on tasks suspended in file I/O: the
+// operation is withdrawn or cancelled, the frame is destroyed (locals, files),
+// awaiting throws task_cancelled, nothing leaks and the runtime keeps working.
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -23,6 +26,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -555,6 +559,415 @@ TEST_P(FileTest, DestroyRuntimeWithReadsInFlight) {
     EXPECT_EQ(errno, EPIPE) << "the task frame (and its file) was not destroyed";
     ::close(p[1]);
   }
+}
+
+// --- abort of tasks suspended in I/O ------------------------------------------
+
+using namespace std::chrono_literals;
+
+/// Polls `done` every millisecond until it holds or `limit` passes. The limit
+/// only turns a hang into a failure; nothing here depends on timing.
+template <class Pred>
+bool wait_until(Pred done, std::chrono::milliseconds limit = 10s) {
+  auto const deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+std::size_t open_fd_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] auto const& entry : fs::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
+/// Counts live instances: the locals of an aborted task must be destroyed.
+class live_guard {
+ public:
+  explicit live_guard(std::atomic<int>* live) noexcept : live_(live) { live_->fetch_add(1); }
+  live_guard(live_guard const&) = delete;
+  live_guard& operator=(live_guard const&) = delete;
+  ~live_guard() { live_->fetch_sub(1); }
+
+ private:
+  std::atomic<int>* live_;
+};
+
+/// A pipe whose read end is handed to a task (which wraps it in a file).
+class test_pipe {
+ public:
+  test_pipe() {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    read_end_ = fds[0];
+    write_end_ = fds[1];
+  }
+  test_pipe(test_pipe const&) = delete;
+  test_pipe& operator=(test_pipe const&) = delete;
+  ~test_pipe() {
+    if (read_end_ >= 0) ::close(read_end_);
+    ::close(write_end_);
+  }
+  /// The read end, now owned by the caller.
+  int take_read_end() noexcept { return std::exchange(read_end_, -1); }
+  int write_end() const noexcept { return write_end_; }
+  /// True when no descriptor of the read end is open any more (a write fails
+  /// with EPIPE; SIGPIPE must be ignored). Writes a byte otherwise.
+  bool read_end_closed() const {
+    errno = 0;
+    return ::write(write_end_, "x", 1) == -1 && errno == EPIPE;
+  }
+
+ private:
+  int read_end_ = -1;
+  int write_end_ = -1;
+};
+
+task<std::size_t> read_until_aborted(int fd, std::atomic<int>* live, std::atomic<bool>* started) {
+  live_guard guard{live};
+  file f = file::from_fd(fd);
+  std::vector<std::byte> buffer(64);
+  started->store(true);
+  co_return co_await f.read_at(buffer, 0);  // nobody writes: only abort ends this
+}
+
+/// After aborts: pipe reads, regular-file reads and spawning still work.
+void expect_runtime_healthy(runtime& rt, fs::path const& dir) {
+  test_pipe p;
+  ASSERT_EQ(::write(p.write_end(), "still here", 10), 10);
+  EXPECT_EQ(rt.block_on(read_from_pipe(p.take_read_end())), "still here");
+  fs::path const path = dir / "healthy";
+  write_plain(path, pattern_bytes(20'000));
+  EXPECT_EQ(rt.block_on(spindle::io::read_file(path)), pattern_bytes(20'000));
+  EXPECT_EQ(rt.block_on(read_spawned(path)), pattern_bytes(20'000));
+}
+
+TEST_P(FileTest, AbortPipeReadFromForeignThread) {
+  ::signal(SIGPIPE, SIG_IGN);
+  std::size_t const fds_before = open_fd_count();
+  {
+    runtime rt{config()};
+    watchdog guard{60s, "AbortPipeReadFromForeignThread"};
+    // Round 0 aborts as soon as the task started (it may still be running:
+    // the hook then runs at the end of that poll); later rounds give the read
+    // time to reach the kernel or a pool thread (a state, not a correctness,
+    // condition: every round must pass whatever the timing).
+    for (int round = 0; round < 4; ++round) {
+      test_pipe p;
+      std::atomic<int> live{0};
+      std::atomic<bool> started{false};
+      auto h = rt.spawn(read_until_aborted(p.take_read_end(), &live, &started));
+      ASSERT_TRUE(wait_until([&] { return started.load(); }));
+      if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10 * round));
+      EXPECT_FALSE(h.is_finished());
+      std::thread foreign([&h] { h.abort(); });  // not a worker, not inside block_on
+      foreign.join();
+      ASSERT_TRUE(wait_until([&] { return h.is_finished(); }, 5s))
+          << "round " << round << ": abort() left the pipe read in flight";
+      EXPECT_THROW((void)h.take(), spindle::task_cancelled);
+      EXPECT_EQ(live.load(), 0) << "the task's locals were not destroyed";
+      EXPECT_TRUE(p.read_end_closed()) << "the file in the aborted frame was not closed";
+      h.abort();  // again, on a finished task: a no-op
+    }
+    expect_runtime_healthy(rt, dir_);
+  }
+  EXPECT_EQ(open_fd_count(), fds_before);
+}
+
+task<int> abort_and_join(join_handle<std::size_t> target) {
+  target.abort();
+  try {
+    (void)co_await target;
+  } catch (spindle::task_cancelled const&) {
+    co_return 1;
+  }
+  co_return 0;
+}
+
+TEST_P(FileTest, AbortPipeReadFromAnotherTask) {
+  ::signal(SIGPIPE, SIG_IGN);
+  // One worker: the aborting task runs on the worker whose ring holds the
+  // read (io_uring: the cancel is prepared on the spot). Two: either worker.
+  for (std::size_t workers : {std::size_t{1}, std::size_t{2}}) {
+    std::size_t const fds_before = open_fd_count();
+    {
+      runtime rt{runtime_config{.workers = workers, .io = GetParam()}};
+      watchdog guard{60s, "AbortPipeReadFromAnotherTask"};
+      for (int round = 0; round < 3; ++round) {
+        test_pipe p;
+        std::atomic<int> live{0};
+        std::atomic<bool> started{false};
+        auto reader = rt.spawn(read_until_aborted(p.take_read_end(), &live, &started));
+        ASSERT_TRUE(wait_until([&] { return started.load(); }));
+        if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10 * round));
+        auto aborter = rt.spawn(abort_and_join(std::move(reader)));
+        ASSERT_TRUE(wait_until([&] { return aborter.is_finished(); }, 5s))
+            << workers << " workers, round " << round << ": the aborted read never completed";
+        EXPECT_EQ(aborter.take(), 1) << "awaiting the aborted task did not throw task_cancelled";
+        EXPECT_EQ(live.load(), 0);
+        EXPECT_TRUE(p.read_end_closed());
+      }
+      expect_runtime_healthy(rt, dir_);
+    }
+    EXPECT_EQ(open_fd_count(), fds_before) << workers << " workers";
+  }
+}
+
+task<std::size_t> read_once_released(int fd, std::atomic<int>* live, std::atomic<bool>* started,
+                                     std::atomic<bool>* release) {
+  live_guard guard{live};
+  file f = file::from_fd(fd);
+  std::vector<std::byte> buffer(64);
+  started->store(true);
+  while (!release->load()) {
+    // Still running when abort() arrives: the read is submitted in the very
+    // poll after which the scheduler calls its cancel hook.
+  }
+  co_return co_await f.read_at(buffer, 0);
+}
+
+TEST_P(FileTest, AbortWhileRunningThenSuspendedInRead) {
+  ::signal(SIGPIPE, SIG_IGN);
+  runtime rt{config()};
+  watchdog guard{60s, "AbortWhileRunningThenSuspendedInRead"};
+  for (int round = 0; round < 5; ++round) {
+    test_pipe p;
+    std::atomic<int> live{0};
+    std::atomic<bool> started{false};
+    std::atomic<bool> release{false};
+    auto h = rt.spawn(read_once_released(p.take_read_end(), &live, &started, &release));
+    ASSERT_TRUE(wait_until([&] { return started.load(); }));
+    h.abort();
+    release.store(true);
+    ASSERT_TRUE(wait_until([&] { return h.is_finished(); }, 5s)) << "round " << round;
+    EXPECT_THROW((void)h.take(), spindle::task_cancelled);
+    EXPECT_EQ(live.load(), 0);
+    EXPECT_TRUE(p.read_end_closed());
+  }
+  expect_runtime_healthy(rt, dir_);
+}
+
+TEST_P(FileTest, AbortAfterTheReadCompleted) {
+  ::signal(SIGPIPE, SIG_IGN);
+  std::size_t const fds_before = open_fd_count();
+  {
+    runtime rt{config()};
+    watchdog guard{60s, "AbortAfterTheReadCompleted"};
+    // The task has finished: abort is a no-op and the value is kept.
+    {
+      test_pipe p;
+      ASSERT_EQ(::write(p.write_end(), "done", 4), 4);
+      std::atomic<int> live{0};
+      std::atomic<bool> started{false};
+      auto h = rt.spawn(read_until_aborted(p.take_read_end(), &live, &started));
+      ASSERT_TRUE(wait_until([&] { return h.is_finished(); }));
+      h.abort();
+      EXPECT_EQ(h.take(), 4u);
+      EXPECT_EQ(live.load(), 0);
+    }
+    // The data arrives just before or just after abort(): the read may be
+    // completing, completed and not yet resumed, or still waiting. Either the
+    // value or task_cancelled, never a crash, a hang or a leak.
+    int const rounds = 300;
+    int values = 0;
+    int cancelled = 0;
+    for (int round = 0; round < rounds; ++round) {
+      test_pipe p;
+      std::atomic<int> live{0};
+      std::atomic<bool> started{false};
+      auto h = rt.spawn(read_until_aborted(p.take_read_end(), &live, &started));
+      ASSERT_TRUE(wait_until([&] { return started.load(); }));
+      if (round % 2 == 0) {
+        ASSERT_EQ(::write(p.write_end(), "data", 4), 4);
+        h.abort();
+      } else {
+        std::thread writer([&p] {
+          // EPIPE when the abort destroyed the frame (and closed the read
+          // end) first.
+          errno = 0;
+          ssize_t const r = ::write(p.write_end(), "data", 4);
+          EXPECT_TRUE(r == 4 || (r == -1 && errno == EPIPE)) << r << " " << errno;
+        });
+        h.abort();
+        writer.join();
+      }
+      ASSERT_TRUE(wait_until([&] { return h.is_finished(); }, 5s)) << "round " << round;
+      try {
+        EXPECT_EQ(h.take(), 4u);
+        ++values;
+      } catch (spindle::task_cancelled const&) {
+        ++cancelled;
+      }
+      EXPECT_EQ(live.load(), 0);
+      EXPECT_TRUE(p.read_end_closed());
+    }
+    EXPECT_EQ(values + cancelled, rounds);
+    std::printf("abort racing a completion: %d values, %d cancelled\n", values, cancelled);
+    expect_runtime_healthy(rt, dir_);
+  }
+  EXPECT_EQ(open_fd_count(), fds_before);
+}
+
+/// Reads four blocks of the pattern file (one at a time, so that aborts find
+/// it at different stages); true when every byte checked out.
+task<bool> read_four_blocks(file* f, std::size_t first, std::atomic<int>* live) {
+  live_guard guard{live};
+  std::vector<std::byte> buffer(block_size);
+  for (std::size_t k = 0; k < 4; ++k) {
+    std::size_t const index = (first + k * 251) % block_count;
+    std::size_t const n = co_await f->read_at(buffer, index * block_size);
+    if (n != block_size) co_return false;
+    for (std::size_t i = 0; i < block_size; i += 512) {
+      if (buffer[i] != pattern(index * block_size + i)) co_return false;
+    }
+  }
+  co_return true;
+}
+
+struct abort_tally {
+  std::size_t values = 0;
+  std::size_t cancelled = 0;
+  std::size_t wrong = 0;
+};
+
+task<abort_tally> spawn_read_abort_join(file* f, std::atomic<int>* live) {
+  std::vector<join_handle<bool>> handles;
+  handles.reserve(block_count);
+  for (std::size_t i = 0; i < block_count; ++i)
+    handles.push_back(spindle::spawn(read_four_blocks(f, i, live)));
+  // Let some of them run, then abort all, newest first.
+  for (int i = 0; i < 3; ++i)
+    co_await spindle::yield_now();
+  for (std::size_t i = handles.size(); i-- > 0;)
+    handles[i].abort();
+  abort_tally tally;
+  for (auto& h : handles) {
+    try {
+      if (co_await h) {
+        ++tally.values;
+      } else {
+        ++tally.wrong;
+      }
+    } catch (spindle::task_cancelled const&) {
+      ++tally.cancelled;
+    }
+  }
+  co_return tally;
+}
+
+TEST_P(FileTest, AbortThousandRegularFileReads) {
+  fs::path const path = dir_ / "blocks";
+  write_plain(path, pattern_bytes(block_size * block_count));
+  std::size_t const fds_before = open_fd_count();
+  {
+    runtime rt{config()};
+    watchdog guard{120s, "AbortThousandRegularFileReads"};
+    file f = rt.block_on(file::open(path));
+    std::atomic<int> live{0};
+
+    // From a foreign thread, while the reads complete.
+    {
+      std::vector<join_handle<bool>> handles;
+      handles.reserve(block_count);
+      for (std::size_t i = 0; i < block_count; ++i)
+        handles.push_back(rt.spawn(read_four_blocks(&f, i, &live)));
+      // Remote spawns run roughly in order: once an early one has finished,
+      // later ones are queued, running, suspended in a read or completing.
+      (void)wait_until([&] { return handles[block_count / 8].is_finished(); }, 5s);
+      for (std::size_t i = 0; i < block_count; ++i) {
+        // Interleaved: odd handles first, then even ones.
+        handles[(2 * i + 1) % block_count].abort();
+      }
+      for (auto& h : handles)
+        h.abort();
+      abort_tally tally;
+      for (auto& h : handles) {
+        ASSERT_TRUE(wait_until([&] { return h.is_finished(); }, 30s)) << "an aborted read hung";
+        try {
+          if (h.take()) {
+            ++tally.values;
+          } else {
+            ++tally.wrong;
+          }
+        } catch (spindle::task_cancelled const&) {
+          ++tally.cancelled;
+        }
+      }
+      EXPECT_EQ(tally.wrong, 0u);
+      EXPECT_EQ(tally.values + tally.cancelled, block_count);
+      std::printf("foreign aborts: %zu values, %zu cancelled\n", tally.values, tally.cancelled);
+      EXPECT_EQ(live.load(), 0);
+    }
+    // From a spindle task, which awaits the handles itself.
+    for (int round = 0; round < 2; ++round) {
+      abort_tally const tally = rt.block_on(spawn_read_abort_join(&f, &live));
+      EXPECT_EQ(tally.wrong, 0u);
+      EXPECT_EQ(tally.values + tally.cancelled, block_count);
+      std::printf("in-task aborts: %zu values, %zu cancelled\n", tally.values, tally.cancelled);
+      EXPECT_EQ(live.load(), 0);
+    }
+    EXPECT_EQ(rt.block_on(read_blocks_concurrently(path)), block_count);  // still healthy
+    // (block_on returns when its task's waiter is notified, just before the
+    // task leaves the in-flight count.)
+    EXPECT_TRUE(wait_until([&] { return rt.stats().tasks_alive == 0; }))
+        << rt.stats().tasks_alive << " tasks still alive";
+  }
+  EXPECT_EQ(open_fd_count(), fds_before);
+}
+
+task<int> open_fifo_for_reading(fs::path path, std::atomic<int>* live, std::atomic<bool>* started) {
+  live_guard guard{live};
+  started->store(true);
+  file f = co_await file::open(path, O_RDONLY);  // waits for a writer (thread pool)
+  co_return f.native_handle();
+}
+
+// An open that completes after abort() produced a descriptor nobody will see:
+// the op's awaiter closes it when the frame is destroyed.
+TEST_P(FileTest, AbortedOpenClosesTheDescriptorItProduced) {
+  ::signal(SIGPIPE, SIG_IGN);
+  fs::path const fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::size_t const fds_before = open_fd_count();
+  int writer = -1;
+  {
+    runtime rt{config()};
+    watchdog guard{60s, "AbortedOpenClosesTheDescriptorItProduced"};
+    std::atomic<int> live{0};
+    std::atomic<bool> started{false};
+    auto h = rt.spawn(open_fifo_for_reading(fifo, &live, &started));
+    ASSERT_TRUE(wait_until([&] { return started.load(); }));
+    std::this_thread::sleep_for(20ms);  // let the open reach a pool thread (not required)
+    h.abort();
+    // An open already blocked in a pool thread is not interruptible: give it
+    // its writer (which succeeds only while the reader is in open()).
+    ASSERT_TRUE(wait_until(
+        [&] {
+          if (writer < 0) writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+          return h.is_finished();
+        },
+        10s));
+    bool cancelled = false;
+    try {
+      (void)h.take();  // io_uring opens a FIFO without waiting: it may have finished
+    } catch (spindle::task_cancelled const&) {
+      cancelled = true;
+    }
+    if (GetParam() == io_backend::threadpool) {
+      EXPECT_TRUE(cancelled);
+    }
+    EXPECT_EQ(live.load(), 0);
+    if (writer >= 0) {
+      errno = 0;
+      EXPECT_EQ(::write(writer, "x", 1), -1) << "the descriptor the open produced leaked";
+      EXPECT_EQ(errno, EPIPE);
+      ::close(writer);
+    }
+  }
+  EXPECT_EQ(open_fd_count(), fds_before);
 }
 
 std::string backend_name(::testing::TestParamInfo<io_backend> const& info) {

@@ -300,23 +300,87 @@ task<void> park_forever([[maybe_unused]] tracked local, std::atomic<bool>* start
   co_await spindle_test::suspend_forever{};
 }
 
-// Tokio's JoinHandle::abort cancels an idle task at once (it schedules it to
-// be dropped). A task suspended on something that never wakes it must be
-// cancelled by abort() too, or awaiting its handle hangs forever.
-TEST(Join, AbortCancelsATaskSuspendedForever) {
+task<void> await_join_forever(join_handle<void> inner, [[maybe_unused]] tracked local,
+                              std::atomic<bool>* started, bool* resumed) {
+  started->store(true);
+  co_await inner;
+  *resumed = true;
+}
+
+// Like Tokio's JoinHandle::abort: a task suspended on a join handle is
+// cancelled at once, even though the awaited task never finishes.
+TEST(Join, AbortCancelsATaskSuspendedOnAJoinAtOnce) {
+  counts c;
+  std::atomic<bool> inner_started{false};
+  std::atomic<bool> outer_started{false};
+  bool resumed = false;
+  spindle::runtime rt{{.workers = 2}};
+  auto inner = rt.spawn(park_forever(tracked(c), &inner_started));
+  auto outer = rt.spawn(await_join_forever(std::move(inner), tracked(c), &outer_started, &resumed));
+  ASSERT_TRUE(
+      spindle_test::wait_until([&] { return outer_started.load() && inner_started.load(); }));
+  // Aborted suspended on the join, or (rarely) still running just before
+  // the await: both end cancelled without resuming.
+  outer.abort();
+  // Deadline only against a hang: the cancelled task completes at once.
+  bool finished = spindle_test::wait_until([&] { return outer.is_finished(); }, 10s);
+  ASSERT_TRUE(finished) << "abort() left a task suspended on a join handle: awaiting it hangs";
+  EXPECT_THROW(outer.take(), spindle::task_cancelled);
+  EXPECT_FALSE(resumed) << "the aborted task resumed";
+  // Only the never-finishing inner task's frame is left.
+  EXPECT_TRUE(spindle_test::wait_until([&] { return c.alive() == 1; }));
+}
+
+/// An awaitable that knows nothing of spindle: nothing will ever resume it.
+struct foreign_suspend {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<>) const noexcept {}
+  void await_resume() const noexcept {}
+};
+
+task<void> foreign_forever([[maybe_unused]] tracked local, std::atomic<bool>* started) {
+  started->store(true);
+  co_await foreign_suspend{};
+}
+
+TEST(Join, AbortCancelsATaskSuspendedInAnAwaitableUnknownToSpindle) {
   counts c;
   std::atomic<bool> started{false};
   spindle::runtime rt{{.workers = 2}};
-  auto h = rt.spawn(park_forever(tracked(c), &started));
+  auto h = rt.spawn(foreign_forever(tracked(c), &started));
   ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
   h.abort();
-  // Deadline only against the hang: a cancelled task completes at once.
-  bool finished = spindle_test::wait_until([&] { return h.is_finished(); }, 3s);
-  EXPECT_TRUE(finished) << "abort() left a suspended task suspended: awaiting its handle hangs";
-  if (finished) {
-    EXPECT_THROW(h.take(), spindle::task_cancelled);
-    EXPECT_EQ(c.alive(), 0);
-  }
+  ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }, 10s))
+      << "abort() did not cancel a task suspended in a foreign awaitable";
+  EXPECT_THROW(h.take(), spindle::task_cancelled);
+  EXPECT_EQ(c.alive(), 0);
+}
+
+task<int> wait_event_then_flag(test_event* ev, [[maybe_unused]] tracked local, bool* resumed) {
+  co_await *ev;
+  *resumed = true;
+  co_return 1;
+}
+
+// A suspension that can't withdraw (a wake is still coming: here a
+// test_event built on suspend_current + wake): abort takes effect at that
+// wake, and the task is destroyed instead of resumed.
+TEST(Join, AbortOfATaskThatCannotWithdrawTakesEffectAtItsWake) {
+  counts c;
+  test_event ev;
+  bool resumed = false;
+  spindle::runtime rt{{.workers = 2}};
+  auto h = rt.spawn(wait_event_then_flag(&ev, tracked(c), &resumed));
+  ASSERT_TRUE(spindle_test::wait_until([&] { return ev.has_waiter(); }));
+  // Aborted suspended, or (rarely) while its poll is ending: either way
+  // nothing destroys it before the wake.
+  h.abort();
+  EXPECT_EQ(c.alive(), 1) << "destroyed before its pending wake";
+  ev.set();
+  ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }, 10s));
+  EXPECT_THROW(h.take(), spindle::task_cancelled);
+  EXPECT_FALSE(resumed) << "an aborted task was resumed by its wake";
+  EXPECT_EQ(c.alive(), 0);
 }
 
 TEST(Join, AwaitingAHandleTwiceThrowsInvalidArgument) {

@@ -408,6 +408,26 @@ TEST(Ere, BackReferencesAcrossSeveralPatterns) {
   EXPECT_EQ(count(ere({"(x)(y)\\2", "(b)\\1"}), "xyy\nbb\nxy\n"), 2u);
 }
 
+TEST(Ere, StackedRepetitionsMerge) {
+  EXPECT_EQ(scan::translate_ere("a+*").pcre, "a*");
+  EXPECT_EQ(scan::translate_ere("a*+").pcre, "a*");
+  EXPECT_EQ(scan::translate_ere("a?{3}").pcre, "a{0,3}");
+  EXPECT_EQ(scan::translate_ere("a{0,3}{2,5}").pcre, "a{0,15}");
+  EXPECT_EQ(scan::translate_ere("a{2}*").pcre, "(?:a{2})*");  // counts 0, 2, 4, ...
+  EXPECT_EQ(count(ere({"xa{2}*y"}), "xay\nxaay\nxy\n"), 2u);
+}
+
+TEST(Ere, CatastrophicBacktrackingStillAnswers) {
+  // Nested repetitions exceed PCRE2's match limit on long lines; the DFA
+  // matcher decides those lines.
+  std::string words;
+  while (words.size() < 3000) words += "word ";
+  const std::string text = words + "!\n" + words + "\nx\n" + words + "!\n" + words;
+  EXPECT_EQ(count(ere({"^(\\w+\\s?)*$"}), text), 3u);
+  EXPECT_EQ(count(ere({"^(\\w+\\s?)*!$", "zz"}), text), 2u);
+  EXPECT_EQ(count(ere({"^(x+x+)+$"}), std::string(300, 'x') + "y\n" + std::string(30, 'x')), 1u);
+}
+
 // ---------------------------------------------- random vs references
 
 const std::vector<std::vector<std::string>> random_patterns = {

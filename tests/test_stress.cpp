@@ -552,6 +552,72 @@ TEST(Stress, SpawnsFromForeignThreadsRacingShutdown) {
 }
 
 // ---------------------------------------------------------------------------
+// Abort racing completion
+
+task<int> yields_then_returns(int yields, tracked, std::atomic<long>* finished) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now();
+  finished->fetch_add(1, std::memory_order_relaxed);
+  co_return 1;
+}
+
+task<int> awaits_child(int yields, tracked t, std::atomic<long>* finished) {
+  // Suspended on a join while it may be aborted: cancelled when the child's
+  // completion wakes it, or completes first.
+  int v = co_await spindle::spawn(yields_then_returns(yields, t, finished));
+  co_return v;
+}
+
+task<long> abort_race(int n, counts* c, std::atomic<long>* finished, long* cancelled) {
+  std::vector<join_handle<int>> hs;
+  for (int i = 0; i < n; ++i) {
+    if (i % 2 == 0) {
+      hs.push_back(spindle::spawn(yields_then_returns(i % 7, tracked(*c), finished)));
+    } else {
+      hs.push_back(spindle::spawn(awaits_child(i % 5, tracked(*c), finished)));
+    }
+    // Abort an earlier task, which may be queued, running elsewhere,
+    // suspended, or finished by now.
+    if (i >= 3 && i % 3 == 0) hs[static_cast<std::size_t>(i - 3)].abort();
+    if (i % 16 == 0) co_await spindle::yield_now();
+  }
+  long values = 0;
+  for (auto& h : hs) {
+    try {
+      values += co_await h;
+    } catch (spindle::task_cancelled const&) {
+      ++*cancelled;
+    }
+  }
+  progress();
+  co_return values;
+}
+
+TEST(Stress, AbortRacingCompletion) {
+  int const n = static_cast<int>(scaled(20'000, 1'000));
+  counts c;
+  std::atomic<long> finished{0};
+  long cancelled = 0;
+  long values = 0;
+  {
+    spindle::runtime rt{{.workers = 3}};
+    // Snapshots from another thread while the runtime is busy.
+    std::atomic<bool> stop{false};
+    std::thread watcher([&] {
+      while (!stop.load())
+        (void)rt.stats();
+    });
+    values = rt.block_on(abort_race(n, &c, &finished, &cancelled));
+    stop.store(true);
+    watcher.join();
+  }
+  EXPECT_EQ(values + cancelled, n) << "every handle reports a value or task_cancelled";
+  EXPECT_GE(finished.load(), values);
+  EXPECT_EQ(c.alive(), 0);
+  std::printf("%ld values, %ld cancelled\n", values, cancelled);
+}
+
+// ---------------------------------------------------------------------------
 // Exceptions
 
 task<int> throws_index(long i) {

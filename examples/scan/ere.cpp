@@ -344,10 +344,33 @@ class translator {
       }
       return;
     }
-    if (quantified_) {  // POSIX: (a+)? rather than PCRE's lazy a+?
+    if (quantified_) {
+      // POSIX: a+? is (a+)?, not PCRE's lazy a+?. When the inner minimum is
+      // at most 1 the counts (X{a,b}){c,d} allows are exactly a*c..b*d, so
+      // the two merge into one quantifier (a+* is a*): nested quantifiers
+      // make a backtracking matcher exponential. Otherwise group and repeat.
+      const int a = quant_lo_;
+      const int b = quant_hi_;
+      if (a <= 1 && b != 0) {
+        const long long top = b < 0 || hi < 0 ? -1 : static_cast<long long>(b) * hi;
+        if (top <= 65535) {
+          lo = a * lo;
+          hi = hi == 0 ? 0 : static_cast<int>(top);
+          out_.erase(quant_pos_);
+          emit_quantifier(lo, hi);
+          return;
+        }
+      }
       out_.insert(atom_start_, "(?:");
       out_ += ')';
     }
+    emit_quantifier(lo, hi);
+  }
+
+  void emit_quantifier(int lo, int hi) {
+    quant_pos_ = out_.size();
+    quant_lo_ = lo;
+    quant_hi_ = hi;
     if (lo == 0 && hi < 0) {
       out_ += '*';
     } else if (lo == 1 && hi < 0) {
@@ -481,6 +504,9 @@ class translator {
   last_kind last_ = last_kind::none;
   std::size_t atom_start_ = 0;
   bool quantified_ = false;
+  std::size_t quant_pos_ = 0;  // where the last atom's quantifier starts in out_
+  int quant_lo_ = 0;           // and its bounds (hi -1: unbounded)
+  int quant_hi_ = 0;
 };
 
 }  // namespace

@@ -249,6 +249,7 @@ const char* literal_finder::find(const char* begin, const char* end) const noexc
 struct matcher::compiled {
   pcre2_code* code = nullptr;
   bool jit = false;
+  bool has_backref = false;
   ~compiled() { pcre2_code_free(code); }
 };
 
@@ -256,6 +257,7 @@ struct matcher::scratch::state {
   pcre2_match_data* data = nullptr;
   pcre2_match_context* context = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;  // allocated on the first JIT stack overflow
+  std::vector<int> dfa_workspace;         // for pcre2_dfa_match, when it is needed
   ~state() {
     pcre2_match_data_free(data);
     pcre2_match_context_free(context);
@@ -316,6 +318,7 @@ matcher::matcher(match_options const& options) {
 
   std::string single_literal;
   bool literal_ok = false;
+  bool any_backref = false;
   std::string pcre;
   if (options.syntax == pattern_syntax::fixed) {
     if (patterns.size() == 1) {
@@ -333,6 +336,7 @@ matcher::matcher(match_options const& options) {
       parts.push_back(translate_ere(p));
       backrefs = backrefs || parts.back().has_backref;
     }
+    any_backref = backrefs;
     if (backrefs) {  // number the groups across the whole alternation
       int offset = 0;
       for (std::size_t k = 0; k < patterns.size(); ++k) {
@@ -378,6 +382,7 @@ matcher::matcher(match_options const& options) {
   }
   code_ = std::make_unique<compiled>();
   code_->code = code;
+  code_->has_backref = any_backref;
   code_->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }
 
@@ -424,14 +429,36 @@ int run_match(pcre2_code const* code, bool jit, std::string_view subject, std::s
 
 bool matcher::line_matches(std::string_view line, scratch& s) const {
   auto& st = *s.state_;
-  int rc = run_match(code_->code, code_->jit, line, 0, st.data, st.context, st.jit_stack);
-  if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && code_->jit) {
-    // The interpreter has its own (heap) limits; try it before giving up.
-    rc = run_match(code_->code, false, line, 0, st.data, st.context, st.jit_stack);
-  }
+  const int rc = run_match(code_->code, code_->jit, line, 0, st.data, st.context, st.jit_stack);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) return line_matches_slowly(line, s);
+  return true;
+}
+
+bool matcher::line_matches_slowly(std::string_view line, scratch& s) const {
+  // After a backtracking limit (nested repetitions on a long line): PCRE2's
+  // DFA matcher does not backtrack and only has to say whether the line has
+  // a match. It has no back-references; for those use the interpreter.
+  auto& st = *s.state_;
+  const int rc = code_->has_backref
+                     ? run_match(code_->code, false, line, 0, st.data, st.context, st.jit_stack)
+                     : dfa_match(line, st);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) throw std::runtime_error("PCRE2 match failed: " + pcre_error_text(rc));
   return true;
+}
+
+int matcher::dfa_match(std::string_view line, scratch::state& st) const {
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(line.data());
+  for (std::size_t words = 4096; words <= (std::size_t{1} << 24); words *= 8) {
+    if (st.dfa_workspace.size() < words) st.dfa_workspace.resize(words);
+    const int rc = pcre2_dfa_match(code_->code, subject, line.size(), 0, 0, st.data, st.context,
+                                   st.dfa_workspace.data(), st.dfa_workspace.size());
+    if (rc != PCRE2_ERROR_DFA_WSSIZE && rc != PCRE2_ERROR_DFA_RECURSE) {
+      return rc == 0 ? 1 : rc;  // 0: the ovector was too small, still a match
+    }
+  }
+  return PCRE2_ERROR_DFA_WSSIZE;
 }
 
 std::uint64_t matcher::count_pcre(std::string_view text, scratch& s) const {
@@ -445,11 +472,12 @@ std::uint64_t matcher::count_pcre(std::string_view text, scratch& s) const {
     const int rc = run_match(code_->code, code_->jit, text, pos, st.data, st.context, st.jit_stack);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      // Resource limit over the whole buffer: go on line by line.
+      // A backtracking limit over the buffer: the rest of it line by line,
+      // with the matcher that does not backtrack.
       while (true) {
         const char* nl = static_cast<const char*>(std::memchr(base + pos, '\n', n - pos));
         const std::size_t end = nl != nullptr ? static_cast<std::size_t>(nl - base) : n;
-        if (line_matches(text.substr(pos, end - pos), s)) ++count;
+        if (line_matches_slowly(text.substr(pos, end - pos), s)) ++count;
         if (nl == nullptr) return count;
         pos = end + 1;
       }

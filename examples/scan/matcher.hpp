@@ -19,9 +19,16 @@
 // an empty one. "" has no lines, "\n" one empty line, "a" one line.
 // Bytes are bytes: NUL and bytes >= 0x80 are ordinary; -i folds ASCII only.
 //
+// Backtracking: when PCRE2 hits its match limit on the buffer (nested
+// repetitions such as ^(\w+\s?)*$ on a line that does not match), the rest
+// of the buffer is decided line by line by pcre2_dfa_match, which does not
+// backtrack (patterns with back-references: by the interpreter). Its cost
+// grows with the square of the line length for some patterns ((x+x+)+y on
+// lines of thousands of x): a known limit of using a backtracking library.
+//
 // Errors: the constructor throws pattern_error for an invalid pattern (grep's
 // message) or a PCRE2 compile failure; count_lines throws std::runtime_error
-// when PCRE2 gives up (match or JIT stack limit) even on a single line.
+// when PCRE2 gives up even on a single line with every fallback.
 #pragma once
 
 #include <cstddef>
@@ -87,9 +94,10 @@ class matcher {
     scratch& operator=(scratch&&) noexcept;
     ~scratch();
 
+    struct state;
+
    private:
     friend class matcher;
-    struct state;
     std::unique_ptr<state> state_;
   };
 
@@ -115,6 +123,8 @@ class matcher {
   struct compiled;
   std::uint64_t count_pcre(std::string_view text, scratch& s) const;
   bool line_matches(std::string_view line, scratch& s) const;
+  bool line_matches_slowly(std::string_view line, scratch& s) const;
+  int dfa_match(std::string_view line, scratch::state& st) const;
 
   strategy kind_ = strategy::pcre2;
   std::unique_ptr<literal_finder> literal_;

@@ -2,25 +2,44 @@
 // submission interface both I/O drivers implement.
 //
 // Shape: an io_op is a plain record (opcode, arguments, result, the waiting
-// task, list links) that lives in the awaiting coroutine's frame: drivers
-// never allocate per operation. `op_awaiter` fills it, records the task with
-// detail::suspend_current, then hands it to the driver of the current
-// scheduler through io_driver::submit. A driver completes the op by storing
-// its result (>= 0, or -errno as the kernel reports it) and calling
-// detail::wake(op->task); the task then resumes in await_resume and reads the
-// result.
+// task, list links, cancellation state) that lives in the awaiting
+// coroutine's frame: drivers never allocate per operation. `op_awaiter` fills
+// it, records the task with detail::suspend_current, installs the task's
+// cancel hook, then hands it to the driver of the current scheduler through
+// io_driver::submit. A driver completes the op by storing its result (>= 0,
+// or -errno as the kernel reports it) and calling detail::wake(op->task); the
+// task then resumes in await_resume and reads the result.
+//
+// Cancellation (join_handle::abort of a task suspended here): the scheduler
+// calls the hook, which calls io_driver::cancel(op) on the aborting thread.
+// An op no driver thread has taken yet (still queued) is unlinked and the
+// task's frame is destroyed at once. An op already in the kernel or on a pool
+// thread is asked to stop (IORING_OP_ASYNC_CANCEL; for a pipe or socket wait
+// on the thread pool, that op's wait ends) and its completion (-ECANCELED, or
+// the real result when it finished first) comes through the normal path; the
+// frame (and the buffer the op uses) is destroyed at that completion instead
+// of being resumed. A regular-file read or write, an open or a close that is
+// already running simply finishes. A descriptor opened by an openat whose
+// task never resumed is closed when the awaiter is destroyed.
 //
 // Thread-safety: after submit() the op belongs to the driver until the wake;
 // the submitting thread must not touch it again (with the thread pool the
 // completion, and even the resumption, can happen before await_suspend has
-// returned). Nothing else about an op is shared.
+// returned). The cancel hook runs while the aborting thread holds the task,
+// after the poll that submitted the op has returned, so the fields written
+// before and during submit() are visible to it; `cancel` is the only field a
+// driver thread and the aborting thread write concurrently.
 // Design source: DESIGN.md "I/O driver"; the in-frame operation state follows
-// the io_uring user_data convention of Tokio's and Glommio's drivers.
+// the io_uring user_data convention of Tokio's and Glommio's drivers; the
+// cancel-then-wait-for-the-completion rule is io_uring's (a buffer stays in
+// use until the CQE).
 #pragma once
 
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <system_error>
@@ -45,7 +64,18 @@ enum class op_code : std::uint8_t {
 /// counts, as with pread/pwrite.
 inline constexpr std::uint32_t max_rw_count = 0x7ffff000u;
 
+class io_driver;
+
+/// Where an op's cancellation stands (io_op::cancel). Moves forward only.
+enum cancel_state : std::uint8_t {
+  cancel_none,       ///< not asked to cancel
+  cancel_requested,  ///< asked; the driver thread that owns the op has not acted yet
+  cancel_sent,       ///< the owning driver thread issued the cancellation
+  cancel_done,       ///< completed (result stored): nothing left to cancel
+};
+
 /// One operation. Lives in the awaiting coroutine frame until it completes.
+/// Not copyable or movable: drivers hold its address.
 struct io_op {
   op_code code = op_code::read;
   int fd = -1;
@@ -57,8 +87,17 @@ struct io_op {
   std::uint64_t offset = 0;                      ///< read/write file offset
   int result = 0;                                ///< >= 0 success, -errno failure
   spindle::detail::task_header* task = nullptr;  ///< woken on completion
-  io_op* next = nullptr;                         ///< driver list links (queues, in-flight list)
+  io_driver* driver = nullptr;                   ///< the driver it was submitted to
+  /// uring: the worker whose ring (or remote list) took the op, set by
+  /// submit. Thread pool: the pool thread running it (under the pool mutex).
+  std::uint32_t home = 0;
+  bool queued = false;  ///< thread pool: in the job queue (guarded by its mutex)
+  /// A cancel_state. Written by the aborting thread and the completing one.
+  std::atomic<std::uint8_t> cancel{cancel_none};
+  io_op* next = nullptr;  ///< driver list links (queues, in-flight list)
   io_op* prev = nullptr;
+  io_op* cancel_next = nullptr;  ///< uring: a worker's list of cancellation requests
+  io_op* cancel_prev = nullptr;
 };
 
 /// The submission side every io/ driver offers on top of detail::driver.
@@ -69,13 +108,32 @@ class io_driver : public spindle::detail::driver {
   /// the op. Returns false when it completed at once (op.result holds the
   /// result, e.g. -ECANCELED during shutdown); the caller resumes directly.
   virtual bool submit(io_op& op) noexcept = 0;
+
+  /// The cancel hook of an op that submit() took (true returned): called at
+  /// most once, on the aborting thread (any thread), while the op's task is
+  /// held so that it is neither resumed nor destroyed. Returns true when the
+  /// op was withdrawn before any driver thread took it (it will never
+  /// complete or wake the task; a close op's descriptor has been closed),
+  /// false when its completion will still wake the task (cancellation was
+  /// requested if the op can be interrupted, or it has completed already).
+  virtual bool cancel(io_op& op) noexcept = 0;
 };
 
 /// Awaits one io_op. `co_await op_awaiter{...}` yields the op's result
 /// (>= 0 or -errno). Throws std::system_error(EPERM) when awaited outside a
-/// spindle task.
+/// spindle task. When the task is aborted while suspended here, the op is
+/// cancelled as described in the file comment.
 struct op_awaiter {
   io_op op;
+  /// Handed to the driver and not resumed yet. When the frame is destroyed
+  /// in that state (the task was aborted), what the op produced is released.
+  bool pending = false;
+
+  ~op_awaiter() {
+    // Only reached after the op completed (or was withdrawn with -ECANCELED):
+    // the frame is destroyed at the completion's wake, never before it.
+    if (pending && op.code == op_code::openat && op.result >= 0) ::close(op.result);
+  }
 
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> caller) {
@@ -85,11 +143,27 @@ struct op_awaiter {
       throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                               "spindle::io: file I/O awaited outside a spindle task");
     }
-    op.task = self;
     auto& drv = static_cast<io_driver&>(spindle::detail::scheduler_driver(sched));
-    return drv.submit(op);  // `this` may be gone once submit has handed the op over
+    op.task = self;
+    op.driver = &drv;
+    pending = true;
+    // Before submit: once the driver has the op this awaiter must not touch
+    // it, and the hook may run as soon as this poll returns.
+    spindle::detail::set_cancel_hook(self, &op_awaiter::cancel_hook, &op);
+    if (drv.submit(op)) return true;  // `this` may be gone from here on
+    // Completed at once: the task keeps running; this suspension never was.
+    spindle::detail::set_cancel_hook(self, nullptr, nullptr);
+    return false;
   }
-  int await_resume() const noexcept { return op.result; }
+  int await_resume() noexcept {
+    pending = false;
+    return op.result;
+  }
+
+  static bool cancel_hook(void* arg) noexcept {
+    auto* op = static_cast<io_op*>(arg);
+    return op->driver->cancel(*op);
+  }
 };
 
 }  // namespace spindle::io::detail

@@ -18,23 +18,45 @@ namespace spindle::io::detail {
 threadpool_driver::threadpool_driver(spindle::detail::scheduler& /*sched*/, std::size_t workers,
                                      std::size_t threads) {
   if (threads == 0) threads = std::max<std::size_t>(4, 2 * workers);
+  auto close_fds = [this] {
+    for (int fd : thread_fds_)
+      ::close(fd);
+    thread_fds_.clear();
+    if (cancel_fd_ >= 0) ::close(cancel_fd_);
+    cancel_fd_ = -1;
+  };
   cancel_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (cancel_fd_ < 0) {
     throw std::system_error(errno, std::system_category(), "spindle: eventfd for the I/O pool");
   }
+  try {
+    thread_fds_.reserve(threads);
+    for (std::size_t i = 0; i < threads; ++i) {
+      int const fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (fd < 0) {
+        throw std::system_error(errno, std::system_category(), "spindle: eventfd for the I/O pool");
+      }
+      thread_fds_.push_back(fd);
+    }
+  } catch (...) {
+    close_fds();
+    throw;
+  }
   threads_.reserve(threads);
   try {
     for (std::size_t i = 0; i < threads; ++i)
-      threads_.emplace_back([this] { run(); });
+      threads_.emplace_back([this, i] { run(i); });
   } catch (...) {
     shutdown();
-    ::close(cancel_fd_);
+    close_fds();
     throw;
   }
 }
 
 threadpool_driver::~threadpool_driver() {
   shutdown();
+  for (int fd : thread_fds_)
+    ::close(fd);
   if (cancel_fd_ >= 0) ::close(cancel_fd_);
 }
 
@@ -60,19 +82,52 @@ bool threadpool_driver::submit(io_op& op) noexcept {
       return false;
     }
     op.next = nullptr;
+    op.prev = tail_;
     if (tail_ != nullptr) {
       tail_->next = &op;
     } else {
       head_ = &op;
     }
     tail_ = &op;
+    op.queued = true;
   }
   // From here on `op` may complete and its frame resume at any time.
   work_cv_.notify_one();
   return true;
 }
 
-void threadpool_driver::run() noexcept {
+bool threadpool_driver::cancel(io_op& op) noexcept {
+  bool unlinked = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (op.queued) {
+      (op.prev != nullptr ? op.prev->next : head_) = op.next;
+      (op.next != nullptr ? op.next->prev : tail_) = op.prev;
+      op.next = op.prev = nullptr;
+      op.queued = false;
+      unlinked = true;
+      if (running_ == 0 && head_ == nullptr) idle_cv_.notify_all();
+    }
+  }
+  if (unlinked) {
+    // Never run: nothing will complete it. A close op still owns the
+    // descriptor the file gave up.
+    if (op.code == op_code::close) ::close(op.fd);
+    op.result = -ECANCELED;
+    return true;
+  }
+  // Taken by pool thread op.home (read after the mutex: it was set under it),
+  // or completed already. Only a stream wait can be interrupted.
+  std::uint8_t expected = cancel_none;
+  if ((op.code == op_code::read || op.code == op_code::write) &&
+      op.cancel.compare_exchange_strong(expected, cancel_requested, std::memory_order_acq_rel)) {
+    std::uint64_t const one = 1;
+    [[maybe_unused]] ssize_t const r = ::write(thread_fds_[op.home], &one, sizeof one);
+  }
+  return false;  // the op's completion wakes the task
+}
+
+void threadpool_driver::run(std::size_t index) noexcept {
   // Signals are for the application's threads, not for the pool's.
   sigset_t all;
   sigfillset(&all);
@@ -85,17 +140,24 @@ void threadpool_driver::run() noexcept {
     if (head_ == nullptr) return;  // stop_threads_ and nothing left
     io_op* op = head_;
     head_ = op->next;
-    if (head_ == nullptr) tail_ = nullptr;
+    if (head_ != nullptr) {
+      head_->prev = nullptr;
+    } else {
+      tail_ = nullptr;
+    }
+    op->next = op->prev = nullptr;
+    op->queued = false;
+    op->home = static_cast<std::uint32_t>(index);
     ++running_;
     lock.unlock();
-    complete(*op, execute(*op));
+    complete(*op, execute(*op, thread_fds_[index]));
     lock.lock();
     --running_;
     if (running_ == 0 && head_ == nullptr) idle_cv_.notify_all();
   }
 }
 
-int threadpool_driver::execute(io_op& op) noexcept {
+int threadpool_driver::execute(io_op& op, int wake_fd) noexcept {
   long r = 0;
   switch (op.code) {
     case op_code::openat:
@@ -111,13 +173,13 @@ int threadpool_driver::execute(io_op& op) noexcept {
       do {
         r = ::pread(op.fd, op.buffer, op.length, static_cast<off_t>(op.offset));
       } while (r < 0 && errno == EINTR);
-      if (r < 0 && errno == ESPIPE) return stream_io(op);
+      if (r < 0 && errno == ESPIPE) return stream_io(op, wake_fd);
       break;
     case op_code::write:
       do {
         r = ::pwrite(op.fd, op.buffer, op.length, static_cast<off_t>(op.offset));
       } while (r < 0 && errno == EINTR);
-      if (r < 0 && errno == ESPIPE) return stream_io(op);
+      if (r < 0 && errno == ESPIPE) return stream_io(op, wake_fd);
       break;
     case op_code::close:
       r = ::close(op.fd);
@@ -127,33 +189,47 @@ int threadpool_driver::execute(io_op& op) noexcept {
   return r < 0 ? -errno : static_cast<int>(r);
 }
 
-int threadpool_driver::stream_io(io_op& op) noexcept {
+int threadpool_driver::stream_io(io_op& op, int wake_fd) noexcept {
   // Like io_uring: try the transfer on a non-blocking descriptor first (a
   // FIFO without writer reads 0 at once), otherwise wait for readiness
-  // together with the cancellation eventfd, then transfer.
+  // together with the shutdown eventfd and this thread's abort eventfd, then
+  // transfer.
   bool const reading = op.code == op_code::read;
   int const fl = ::fcntl(op.fd, F_GETFL);
   bool const nonblocking = fl >= 0 && (fl & O_NONBLOCK) != 0;
   auto transfer = [&]() -> ssize_t {
     return reading ? ::read(op.fd, op.buffer, op.length) : ::write(op.fd, op.buffer, op.length);
   };
-  pollfd fds[2] = {
+  pollfd fds[3] = {
       {op.fd, static_cast<short>(reading ? POLLIN : POLLOUT), 0},
       {cancel_fd_, POLLIN, 0},
+      {wake_fd, POLLIN, 0},
+  };
+  auto const aborted = [&op] {
+    return op.cancel.load(std::memory_order_acquire) == cancel_requested;
   };
   for (;;) {
+    if (aborted()) return -ECANCELED;
     if (nonblocking) {
       ssize_t const r = transfer();
       if (r >= 0) return static_cast<int>(r);
       if (errno == EINTR) continue;
       if (errno != EAGAIN) return -errno;
     }
-    int const n = ::poll(fds, 2, -1);
+    int const n = ::poll(fds, 3, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       return -errno;
     }
     if (fds[1].revents != 0) return -ECANCELED;
+    if (fds[2].revents != 0) {
+      // Consume the signal, then look at this op's flag: the signal may be
+      // meant for an op this thread ran before.
+      std::uint64_t value = 0;
+      [[maybe_unused]] ssize_t const r = ::read(wake_fd, &value, sizeof value);
+      if (aborted()) return -ECANCELED;
+      if (fds[0].revents == 0) continue;
+    }
     if (fds[0].revents & POLLNVAL) return -EBADF;
     if (!nonblocking && fds[0].revents != 0) {
       ssize_t const r = transfer();
@@ -167,6 +243,7 @@ void threadpool_driver::complete(io_op& op, int result) noexcept {
   op_code const code = op.code;
   spindle::detail::task_header* const task = op.task;
   op.result = result;
+  op.cancel.store(cancel_done, std::memory_order_release);
   wakes_in_progress_.fetch_add(1, std::memory_order_seq_cst);
   if (!stopping_.load(std::memory_order_seq_cst)) {
     spindle::detail::wake(task);  // op may be freed from here on
@@ -184,6 +261,8 @@ void threadpool_driver::begin_stop() noexcept {
       std::lock_guard lock(mutex_);
       list = head_;
       head_ = tail_ = nullptr;
+      for (io_op* op = list; op != nullptr; op = op->next)
+        op->queued = false;  // cancel() reads it under the mutex
       if (running_ == 0) idle_cv_.notify_all();
     }
     for (; list != nullptr; list = list->next) {

@@ -7,9 +7,20 @@
 // (park_in_driver is false, poll reaps nothing): completions arrive as wakes.
 //
 // Reads and writes on descriptors that cannot seek (pipes, sockets, ttys:
-// pread answers ESPIPE) wait in poll(2) together with a cancellation eventfd
-// and then read(2)/write(2), like io_uring does for them (the offset is
-// ignored), so that shutdown can interrupt a read that would never complete.
+// pread answers ESPIPE) wait in poll(2) together with the shutdown eventfd
+// and the pool thread's own eventfd and then read(2)/write(2), like io_uring
+// does for them (the offset is ignored), so that shutdown or an abort can
+// interrupt a read that would never complete.
+//
+// Cancellation (join_handle::abort, through io_op's cancel hook): an op still
+// in the queue is unlinked (never run; a close op's descriptor is closed) and
+// the task's frame is destroyed at once. An op a pool thread is running is
+// marked cancel_requested and that thread's eventfd is signalled: a pipe or
+// socket wait ends with -ECANCELED; any other call (a regular-file pread, an
+// open, a close) just finishes. Either way its completion wakes the task and
+// the scheduler destroys the frame instead of resuming it. A signal that
+// arrives after the op finished is ignored by the thread's next wait (it
+// checks the op's own flag, not the eventfd).
 //
 // Shutdown: the first on_worker_stop drops queued ops (-ECANCELED), signals
 // the cancellation eventfd and from then on completes ops without waking
@@ -18,7 +29,8 @@
 // cannot be interrupted (a regular-file read on a hung NFS mount, an open of
 // a FIFO without writer) delays shutdown until it returns.
 //
-// Thread-safety: submit() from any thread; the queue is guarded by its mutex.
+// Thread-safety: submit() and cancel() from any thread; the queue (and each
+// op's `queued` and `home`) is guarded by its mutex.
 // The wake-versus-stop race is closed by a count of wakes in progress that
 // on_worker_stop waits to drop to zero after raising `stopping_`.
 // Design source: DESIGN.md "I/O driver" (fallback), Tokio's blocking pool.
@@ -56,14 +68,15 @@ class threadpool_driver final : public io_driver {
   void on_worker_stop(std::size_t index) noexcept override;
   void shutdown() noexcept override;
   bool submit(io_op& op) noexcept override;
+  bool cancel(io_op& op) noexcept override;
 
   /// Number of pool threads (for tests).
   [[nodiscard]] std::size_t thread_count() const noexcept { return threads_.size(); }
 
  private:
-  void run() noexcept;
-  int execute(io_op& op) noexcept;
-  int stream_io(io_op& op) noexcept;
+  void run(std::size_t index) noexcept;
+  int execute(io_op& op, int wake_fd) noexcept;
+  int stream_io(io_op& op, int wake_fd) noexcept;
   void complete(io_op& op, int result) noexcept;
   void begin_stop() noexcept;
 
@@ -77,7 +90,8 @@ class threadpool_driver final : public io_driver {
   bool shut_down_ = false;
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> wakes_in_progress_{0};
-  int cancel_fd_ = -1;
+  int cancel_fd_ = -1;           ///< shutdown: ends every stream wait
+  std::vector<int> thread_fds_;  ///< per pool thread: ends that thread's stream wait (abort)
   std::vector<std::thread> threads_;
 };
 

@@ -76,11 +76,16 @@ struct alignas(64) uring_driver::worker {
   std::atomic<std::size_t> in_flight{0};
   io_op* tracked = nullptr;  ///< doubly linked list of those ops (for cancellation)
 
-  std::mutex remote_mutex;  ///< guards remote_head/tail and remote_closed
+  std::mutex remote_mutex;  ///< guards the remote list, the cancel list, remote_closed
   io_op* remote_head = nullptr;
   io_op* remote_tail = nullptr;
   bool remote_closed = false;
   std::atomic<bool> remote_pending{false};
+  /// Ops of this ring other threads want cancelled (doubly linked through
+  /// cancel_next/cancel_prev; each in state cancel_requested).
+  io_op* cancel_head = nullptr;
+  io_op* cancel_tail = nullptr;
+  std::atomic<bool> cancel_pending{false};
 
   void track(io_op* op) noexcept {
     op->prev = nullptr;
@@ -98,6 +103,41 @@ struct alignas(64) uring_driver::worker {
     if (op->next != nullptr) op->next->prev = op->prev;
     op->next = op->prev = nullptr;
     in_flight.store(in_flight.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
+
+  /// Unlinks `op` from the remote list if it is there. Under remote_mutex.
+  bool take_remote(io_op* op) noexcept {
+    io_op* before = nullptr;
+    for (io_op* it = remote_head; it != nullptr; before = it, it = it->next) {
+      if (it != op) continue;
+      (before != nullptr ? before->next : remote_head) = op->next;
+      if (remote_tail == op) remote_tail = before;
+      op->next = nullptr;
+      return true;
+    }
+    return false;
+  }
+  /// Cancel list operations. Under remote_mutex.
+  void link_cancel(io_op* op) noexcept {
+    op->cancel_next = nullptr;
+    op->cancel_prev = cancel_tail;
+    (cancel_tail != nullptr ? cancel_tail->cancel_next : cancel_head) = op;
+    cancel_tail = op;
+    cancel_pending.store(true, std::memory_order_release);
+  }
+  void unlink_cancel(io_op* op) noexcept {
+    (op->cancel_prev != nullptr ? op->cancel_prev->cancel_next : cancel_head) = op->cancel_next;
+    (op->cancel_next != nullptr ? op->cancel_next->cancel_prev : cancel_tail) = op->cancel_prev;
+    op->cancel_next = op->cancel_prev = nullptr;
+    if (cancel_head == nullptr) cancel_pending.store(false, std::memory_order_relaxed);
+  }
+  /// Drops every request (the worker stops: cancel_all covers their ops).
+  void clear_cancels() noexcept {
+    while (cancel_head != nullptr) {
+      io_op* const op = cancel_head;
+      unlink_cancel(op);
+      op->cancel.store(cancel_sent, std::memory_order_relaxed);
+    }
   }
 };
 
@@ -252,6 +292,7 @@ bool uring_driver::submit(io_op& op) noexcept {
   if (self.driver == this) {
     // Fast path: the calling thread is worker `self.index`: fill an SQE of its
     // own ring. poll() (tick end) or park() submits the batch.
+    op.home = static_cast<std::uint32_t>(self.index);
     if (int const err = prepare(workers_[self.index], op); err != 0) {
       op.result = -err;
       return false;
@@ -262,6 +303,7 @@ bool uring_driver::submit(io_op& op) noexcept {
   // A thread that is not one of our workers (block_on): go through a worker.
   std::size_t const i = next_remote_.fetch_add(1, std::memory_order_relaxed) % worker_count_;
   worker& w = workers_[i];
+  op.home = static_cast<std::uint32_t>(i);
   {
     std::lock_guard lock(w.remote_mutex);
     if (w.remote_closed) {
@@ -294,11 +336,93 @@ void uring_driver::drain_remote(worker& w) noexcept {
   while (list != nullptr) {
     io_op* const next = list->next;
     if (int const err = prepare(w, *list); err != 0) {
-      list->result = -err;  // could not be prepared: complete it at once
-      spindle::detail::wake(list->task);
+      finish(w, *list, -err);  // could not be prepared: complete it at once
     }
     list = next;
   }
+}
+
+bool uring_driver::cancel(io_op& op) noexcept {
+  worker& w = workers_[op.home];
+  bool const own = this_thread_worker.driver == this && this_thread_worker.index == op.home;
+  bool requested = false;
+  {
+    std::lock_guard lock(w.remote_mutex);
+    if (w.take_remote(&op)) {
+      // Never submitted: nothing will complete it. A close op still owns the
+      // descriptor the file gave up.
+      if (op.code == op_code::close) ::close(op.fd);
+      op.result = -ECANCELED;
+      return true;
+    }
+    // A stopping worker cancels and reaps everything itself; a close
+    // finishes promptly and must not be cancelled (the descriptor would leak).
+    if (w.remote_closed || op.code == op_code::close) return false;
+    if (!own) {
+      std::uint8_t expected = cancel_none;
+      requested =
+          op.cancel.compare_exchange_strong(expected, cancel_requested, std::memory_order_acq_rel);
+      if (requested) w.link_cancel(&op);  // finish() unlinks it if the op completes first
+    }
+  }
+  if (requested) {
+    spindle::detail::unpark_worker(sched_, op.home);  // its next poll/park issues the cancel
+    return false;
+  }
+  std::uint8_t expected = cancel_none;
+  if (own && op.cancel.compare_exchange_strong(expected, cancel_sent, std::memory_order_acq_rel)) {
+    // Worker i itself (the single issuer): prepare the cancel now; the tick
+    // end or the next park submits it. acquire_sqe may reap (and wake) the op
+    // itself, but its frame lives on: the caller holds the task.
+    if (io_uring_sqe* sqe = acquire_sqe(w)) {
+      if (op.cancel.load(std::memory_order_acquire) == cancel_done) {
+        io_uring_prep_nop(sqe);
+      } else {
+        io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(&op), 0);
+      }
+      io_uring_sqe_set_data64(sqe, cancel_tag);
+    }
+  }
+  return false;  // the op's completion wakes the task
+}
+
+void uring_driver::drain_cancels(worker& w) noexcept {
+  while (w.cancel_pending.load(std::memory_order_acquire)) {
+    // The SQE first: acquire_sqe may reap, and reaping an op removes its
+    // request, so an op taken from the list below is still in flight.
+    io_uring_sqe* sqe = acquire_sqe(w);
+    if (sqe == nullptr) return;  // the next poll retries
+    io_op* op = nullptr;
+    {
+      std::lock_guard lock(w.remote_mutex);
+      op = w.cancel_head;
+      if (op != nullptr) {
+        w.unlink_cancel(op);
+        op->cancel.store(cancel_sent, std::memory_order_relaxed);
+      }
+    }
+    if (op == nullptr) {
+      io_uring_prep_nop(sqe);  // the requests were completed meanwhile
+    } else {
+      io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(op), 0);
+    }
+    io_uring_sqe_set_data64(sqe, cancel_tag);
+  }
+}
+
+void uring_driver::finish(worker& w, io_op& op, int res) noexcept {
+  if (w.stopping && op.code == op_code::openat && res >= 0) {
+    ::close(res);  // nobody will resume this task: do not leak what the op produced
+    res = -ECANCELED;
+  }
+  op.result = res;
+  if (op.cancel.exchange(cancel_done, std::memory_order_acq_rel) == cancel_requested) {
+    // A request from another thread is still queued: remove it before the
+    // wake lets the frame go. (Requests are taken only on this thread.)
+    std::lock_guard lock(w.remote_mutex);
+    w.unlink_cancel(&op);
+  }
+  if (!w.stopping) spindle::detail::wake(op.task);  // op may be freed from here on
 }
 
 std::size_t uring_driver::reap(worker& w) noexcept {
@@ -320,18 +444,7 @@ std::size_t uring_driver::reap(worker& w) noexcept {
     auto* op = reinterpret_cast<io_op*>(static_cast<std::uintptr_t>(data));
     w.untrack(op);
     ++completed;
-    if (w.stopping) {
-      // Nobody will resume this task: do not leak what the op produced.
-      if (op->code == op_code::openat && res >= 0) {
-        ::close(res);
-        op->result = -ECANCELED;
-      } else {
-        op->result = res;
-      }
-    } else {
-      op->result = res;
-      spindle::detail::wake(op->task);  // op may be freed from here on
-    }
+    finish(w, *op, res);
   }
   io_uring_cq_advance(&w.ring, seen);
   if (rearm && !w.stopping) arm_wake(w);
@@ -348,6 +461,7 @@ std::size_t uring_driver::poll(std::size_t index) noexcept {
   worker& w = workers_[index];
   if (!w.enabled || w.stopped) return 0;
   drain_remote(w);
+  drain_cancels(w);  // after drain_remote: a cancel follows its op in the ring
   flush(w);
   return reap(w);
 }
@@ -362,6 +476,7 @@ void uring_driver::park(std::size_t index) noexcept {
   worker& w = workers_[index];
   if (!w.enabled || w.stopped) return;
   drain_remote(w);
+  drain_cancels(w);
   if (io_uring_cq_ready(&w.ring) != 0) {
     flush(w);
     return;  // completions are waiting: poll() reaps them
@@ -412,6 +527,7 @@ void uring_driver::on_worker_stop(std::size_t index) noexcept {
     list = w.remote_head;
     w.remote_head = w.remote_tail = nullptr;
     w.remote_pending.store(false, std::memory_order_relaxed);
+    w.clear_cancels();
   }
   cancel_unsubmitted(list);
 
@@ -454,6 +570,7 @@ void uring_driver::shutdown() noexcept {
       list = w.remote_head;
       w.remote_head = w.remote_tail = nullptr;
       w.remote_pending.store(false, std::memory_order_relaxed);
+      w.clear_cancels();
     }
     cancel_unsubmitted(list);
     if (w.ring_open) {

@@ -21,6 +21,22 @@
 // always armed (tag wake_tag, not counted as in flight); unpark() writes the
 // eventfd, so a completion or an unpark, concurrent or earlier, ends the wait.
 //
+// Cancellation (join_handle::abort, through io_op's cancel hook): an op still
+// on a remote list is unlinked under the list's mutex (never submitted; the
+// task's frame is destroyed at once). An op prepared on ring i gets an
+// IORING_OP_ASYNC_CANCEL SQE on ring i, prepared right away when the aborting
+// thread is worker i itself, otherwise queued as a request on worker i's
+// cancel list (intrusive links in the op, guarded by the remote mutex; no
+// allocation) and worker i is unparked: it turns requests into SQEs at the
+// start of its next poll() or park(). The op's own CQE (-ECANCELED, or its
+// real result when it finished first) then wakes the task as usual, and the
+// scheduler destroys the frame instead of resuming it. Completing an op
+// removes its pending request (under the mutex) before the wake, so a request
+// never outlives its op, and a cancel SQE is only prepared, on worker i's
+// thread, for an op that has not been reaped: it always precedes the reuse of
+// the op's address on that ring. Close ops are never cancelled (they finish
+// promptly, and a cancelled close would leak the descriptor).
+//
 // Shutdown: on_worker_stop cancels every op in flight with per-op
 // IORING_OP_ASYNC_CANCEL (re-issued every 100 ms for ops the kernel could not
 // cancel yet), reaps until none is left, waking no task (a file opened by an
@@ -29,8 +45,9 @@
 // recycled descriptor.
 //
 // Thread-safety: ring i, its in-flight list and counters are touched only by
-// worker i's thread (the single issuer). The remote list is guarded by its
-// mutex; unpark() and submit() from non-workers may come from any thread.
+// worker i's thread (the single issuer). The remote list and the cancel list
+// are guarded by the remote mutex; unpark(), cancel() and submit() from
+// non-workers may come from any thread.
 // Design source: DESIGN.md "I/O driver"; Tokio's driver/park split; Veloq
 // (seed 003) for parking inside the ring; liburing's man pages for the
 // SINGLE_ISSUER / DEFER_TASKRUN / R_DISABLED rules.
@@ -69,6 +86,7 @@ class uring_driver final : public io_driver {
   void on_worker_stop(std::size_t index) noexcept override;
   void shutdown() noexcept override;
   bool submit(io_op& op) noexcept override;
+  bool cancel(io_op& op) noexcept override;
 
   /// The io_uring_setup flags the rings were created with (for tests).
   [[nodiscard]] unsigned setup_flags() const noexcept { return setup_flags_; }
@@ -81,6 +99,8 @@ class uring_driver final : public io_driver {
   io_uring_sqe* acquire_sqe(worker& w) noexcept;
   void arm_wake(worker& w) noexcept;
   void drain_remote(worker& w) noexcept;
+  void drain_cancels(worker& w) noexcept;
+  void finish(worker& w, io_op& op, int res) noexcept;
   std::size_t reap(worker& w) noexcept;
   void flush(worker& w) noexcept;
   void cancel_all(worker& w) noexcept;

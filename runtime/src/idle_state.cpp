@@ -12,7 +12,10 @@ idle_state::idle_state(std::size_t workers)
       parked_bitmap_((workers + 63) / 64, 0) {}
 
 bool idle_state::notify_should_wakeup() const noexcept {
-  std::uint64_t s = state_.load(std::memory_order_seq_cst);
+  // An RMW, not a load: it orders the caller's earlier push (a release
+  // store to a ring's tail) before this read, as a searcher that parks
+  // orders its state change before re-reading the rings (Tokio does the same).
+  std::uint64_t s = state_.fetch_add(0, std::memory_order_seq_cst);
   return searching_of(s) == 0 && unparked_of(s) < workers_;
 }
 

@@ -71,7 +71,7 @@ class idle_state {
   bool test_and_clear_locked(std::size_t index) noexcept;
 
   std::uint32_t workers_;
-  std::atomic<std::uint64_t> state_;
+  mutable std::atomic<std::uint64_t> state_;  // mutable: read with an RMW
   std::mutex mutex_;
   std::vector<std::uint64_t> parked_bitmap_;  // guarded by mutex_
   std::size_t num_parked_ = 0;                // guarded by mutex_

@@ -226,12 +226,35 @@ void scheduler::schedule_local(worker* w, task_header* task, bool is_yield) noex
 
 void scheduler::push_remote(task_header* task) noexcept {
   inject_.push(task);
-  notify_parked();
+  if (notify_parked()) return;
+  // Nobody to wake: if every worker is busy, a block_on thread that sleeps
+  // may have to run this task (it may be the very task it waits for).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (block_on_sleepers_.load(std::memory_order_relaxed) != 0 && every_worker_busy()) {
+    kick_block_on_sleeper();
+  }
 }
 
-void scheduler::notify_parked() noexcept {
+bool scheduler::notify_parked() noexcept {
   std::size_t index = idle_.worker_to_notify();
-  if (index != not_a_worker) workers_[index]->park.unpark(*driver_, index);
+  if (index == not_a_worker) return false;
+  workers_[index]->park.unpark(*driver_, index);
+  return true;
+}
+
+bool scheduler::every_worker_busy() const noexcept {
+  return idle_.num_searching() == 0 && idle_.num_unparked() == workers_.size();
+}
+
+void scheduler::kick_block_on_sleeper() noexcept {
+  std::lock_guard lock(block_on_mutex_);
+  for (block_on_waiter* w = block_on_sleeping_; w != nullptr; w = w->next_sleeper) {
+    std::uint32_t expected = 0;
+    if (w->word.compare_exchange_strong(expected, 2, std::memory_order_acq_rel)) {
+      futex_wake_all(&w->word);
+      return;
+    }
+  }
 }
 
 void scheduler::notify_if_work_pending() noexcept {
@@ -547,14 +570,11 @@ bool scheduler::transition_from_parked(worker* w) noexcept {
 // block_on
 
 namespace {
-struct thread_waiter : join_waiter {
-  std::atomic<std::uint32_t> done{0};
-  static void on_complete(join_waiter* self) noexcept {
-    auto* me = static_cast<thread_waiter*>(self);
-    me->done.store(1, std::memory_order_release);
-    futex_wake_all(&me->done);
-  }
-};
+void block_on_complete(join_waiter* self) noexcept {
+  auto* me = static_cast<block_on_waiter*>(self);
+  me->word.store(1, std::memory_order_release);
+  futex_wake_all(&me->word);
+}
 }  // namespace
 
 void scheduler::check_block_on_allowed() const {
@@ -570,23 +590,48 @@ void scheduler::block_until_complete(task_header* task) {
   thread_context& ctx = this_thread_context();
   thread_context saved = ctx;
   ctx = thread_context{this, nullptr, nullptr};
-  thread_waiter waiter;
-  waiter.notify = &thread_waiter::on_complete;
+  block_on_waiter waiter;
+  waiter.notify = &block_on_complete;
   if (join_register(task, &waiter)) {
     // Block-on-complete: while every worker is busy (none searching, none
     // parked) and the global queue holds work, run it inline so that the
     // task makes progress even when no worker is free. Otherwise sleep until
-    // the task completes: tasks run inline here cannot use a worker's LIFO
-    // slot and ring, so helping when a worker is idle would only slow them.
-    while (waiter.done.load(std::memory_order_acquire) == 0) {
-      if (!inject_.is_empty() && idle_.num_searching() == 0 &&
-          idle_.num_unparked() == workers_.size()) {
+    // the task completes or a push finds every worker busy (kick): tasks run
+    // inline here cannot use a worker's LIFO slot and ring, so helping while
+    // a worker is idle would only slow them down.
+    for (;;) {
+      std::uint32_t word = waiter.word.load(std::memory_order_acquire);
+      if (word == 1) break;
+      if (word == 2) {
+        std::uint32_t kicked = 2;
+        waiter.word.compare_exchange_strong(kicked, 0, std::memory_order_acq_rel);
+        continue;
+      }
+      if (!inject_.is_empty() && every_worker_busy()) {
         if (task_header* queued = inject_.pop()) {
           run_task(nullptr, queued);
           continue;
         }
       }
-      futex_wait_u32(&waiter.done, 0);
+      // Register as a sleeper, then look again (a push after this point
+      // sees us and kicks), then sleep.
+      {
+        std::lock_guard lock(block_on_mutex_);
+        waiter.next_sleeper = block_on_sleeping_;
+        block_on_sleeping_ = &waiter;
+      }
+      block_on_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!(!inject_.is_empty() && every_worker_busy())) futex_wait_u32(&waiter.word, 0);
+      block_on_sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      std::lock_guard lock(block_on_mutex_);
+      for (block_on_waiter** link = &block_on_sleeping_; *link != nullptr;
+           link = &(*link)->next_sleeper) {
+        if (*link == &waiter) {
+          *link = waiter.next_sleeper;
+          break;
+        }
+      }
     }
   }
   ctx = saved;

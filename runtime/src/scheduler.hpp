@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "global_queue.hpp"
@@ -29,6 +30,14 @@ struct thread_context {
   task_header* current = nullptr;
 };
 thread_context& this_thread_context() noexcept;
+
+/// A thread inside block_on: waits for its task and, while every worker is
+/// busy, runs queued tasks. `word`: 0 waiting, 1 its task completed,
+/// 2 kicked (new work in the global queue while every worker is busy).
+struct block_on_waiter : join_waiter {
+  std::atomic<std::uint32_t> word{0};
+  block_on_waiter* next_sleeper = nullptr;
+};
 
 class scheduler {
  public:
@@ -60,7 +69,9 @@ class scheduler {
 
   // Task transitions (task.cpp uses these).
   void complete(task_header* task, worker* w) noexcept;
-  void drop_reference(task_header* task) noexcept;
+  /// Drops one reference; frees the frame and header at zero. Static: join
+  /// handles may outlive the runtime.
+  static void drop_reference(task_header* task) noexcept;
   void report_detached_exception(task_header* task) noexcept;
   void abort(task_header* task) noexcept;
 
@@ -68,7 +79,9 @@ class scheduler {
   void run_worker(worker* w);
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
   void push_remote(task_header* task) noexcept;
-  void notify_parked() noexcept;
+  bool notify_parked() noexcept;
+  [[nodiscard]] bool every_worker_busy() const noexcept;
+  void kick_block_on_sleeper() noexcept;
   void notify_if_work_pending() noexcept;
   task_header* next_task(worker* w) noexcept;
   task_header* next_local(worker* w) noexcept;
@@ -94,6 +107,10 @@ class scheduler {
   std::atomic<std::uint64_t> remote_spawned_{0};
   std::atomic<std::uint64_t> detached_exceptions_{0};
   std::atomic<std::uint64_t> terminations_{0};
+  // block_on threads asleep while their task may still need help.
+  std::atomic<std::uint32_t> block_on_sleepers_{0};
+  std::mutex block_on_mutex_;
+  block_on_waiter* block_on_sleeping_ = nullptr;  // guarded by block_on_mutex_
 };
 
 }  // namespace spindle::detail

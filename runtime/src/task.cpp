@@ -104,10 +104,13 @@ void join_detach(task_header* task) noexcept {
       std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception\n");
     }
   }
-  task->sched->drop_reference(task);
+  scheduler::drop_reference(task);
 }
 
 void task_abort(task_header* task) noexcept {
+  // A finished task (every task once its runtime is gone) needs nothing, and
+  // its scheduler may no longer exist.
+  if ((task->state.load(std::memory_order_acquire) & (sb::complete | sb::cancelled)) != 0) return;
   task->sched->abort(task);
 }
 

@@ -21,6 +21,18 @@
 // down; EPERM (std::errc::operation_not_permitted) when awaited outside a
 // spindle task (use runtime::block_on).
 //
+// Cancellation: join_handle::abort() of a task suspended in one of these
+// operations never resumes it. An operation the driver has not started yet is
+// withdrawn and the task's frame is destroyed at once. One already in flight
+// is cancelled where that is possible (io_uring's IORING_OP_ASYNC_CANCEL; on
+// the thread pool, a read or write waiting on a pipe or socket) and otherwise
+// runs to its end (a regular-file read or write, an open, a close); the frame
+// (with the file objects and buffers it owns) is destroyed when the operation
+// completes, never while the kernel or a pool thread may still use the buffer.
+// A descriptor opened by an open() that completes after the abort is closed;
+// a close() that was withdrawn still closes its descriptor. Awaiting the
+// aborted task's handle throws spindle::task_cancelled.
+//
 // Thread-safety: a file may be read and written from several tasks at once
 // (positional I/O shares no cursor) provided none of them closes, moves or
 // destroys it meanwhile. The file and every buffer passed to an operation must

@@ -1,6 +1,6 @@
 // The header of a spawned task and the calls awaiters make into the scheduler.
 //
-// Shape: one header per spawned task (64-byte class from the frame pool) that
+// Shape: one header per spawned task (a 128-byte block from the frame pool) that
 // owns the root coroutine frame. Its `state` word packs the scheduling bits
 // and a reference count:
 //
