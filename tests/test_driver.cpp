@@ -339,9 +339,13 @@ TEST_P(RemoteSubmission, BlockOnTaskDoesIoOffTheWorkers) {
   for (int round = 0; round < 5; ++round) {
     std::atomic<int> started{0};
     std::atomic<bool> release{false};
-    // Occupy every worker, so that block_on's own thread runs the task.
+    // Occupy every worker, so that block_on's own thread runs the task. The
+    // spinners are joined before the round ends: their atomics live in this
+    // round's scope, and a spinner still running into the next round would
+    // read (and spin on) the next round's `release`.
+    std::vector<spindle::join_handle<void>> spinners;
     for (std::size_t i = 0; i < workers; ++i)
-      (void)rt.spawn(spin_until(&started, &release));
+      spinners.push_back(rt.spawn(spin_until(&started, &release)));
     while (started.load() != static_cast<int>(workers))
       std::this_thread::yield();
     bool ran_off_worker = false;
@@ -355,6 +359,10 @@ TEST_P(RemoteSubmission, BlockOnTaskDoesIoOffTheWorkers) {
     });
     EXPECT_EQ(rt.block_on(read_from_caller_thread(dir / "data", &release, &ran_off_worker)), 10u);
     unstick.join();
+    for (auto& h : spinners) {
+      while (!h.is_finished())
+        std::this_thread::yield();
+    }
     EXPECT_TRUE(ran_off_worker) << "round " << round;
   }
   fs::remove_all(dir);

@@ -81,7 +81,10 @@ class [[nodiscard]] join_handle {
                                 "spindle: join_handle awaited outside a spindle task");
       }
       notify = &awaiter::on_complete;
-      if (!detail::join_register(handle->task_, this)) return false;
+      if (!detail::join_register(handle->task_, this)) {
+        detail::set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
+        return false;
+      }
       detail::set_cancel_hook(self, &awaiter::on_cancel, this);
       return true;
     }

@@ -18,7 +18,9 @@
 // Thread-safety: spawn(), stats(), worker_count() and io_backend_in_use() may
 // be called from any thread; block_on() from any thread that is not one of
 // this runtime's workers (several at once is fine). The destructor must not
-// race with other calls on the same runtime.
+// race with other calls on the same runtime, nor with join_handle::abort()
+// of its tasks (join handles may outlive it: awaiting one then throws
+// task_cancelled, dropping or aborting one is safe).
 // Design source: Volt (seed 002) for the scheduler shape, Tokio's
 // multi-threaded scheduler for the idle/park protocol, seed 000 for the
 // lifecycle word (accepting bit + in-flight count).
