@@ -14,13 +14,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ere.hpp"
@@ -28,6 +32,7 @@
 #include "matcher.hpp"
 #include "output.hpp"
 #include "walker.hpp"
+#include "window.hpp"
 
 namespace {
 
@@ -384,7 +389,9 @@ TEST(Ere, LiteralPatternsTakeTheFastPath) {
   EXPECT_EQ(matcher(fixed({"a.b*"})).kind(), matcher::strategy::literal);
   EXPECT_EQ(matcher(fixed({"123"}, true)).kind(), matcher::strategy::literal);
   EXPECT_EQ(matcher(ere({"a.b"})).kind(), matcher::strategy::pcre2);
-  EXPECT_EQ(matcher(fixed({"ab"}, true)).kind(), matcher::strategy::pcre2);
+  EXPECT_EQ(matcher(fixed({"ab"}, true)).kind(), matcher::strategy::literal);
+  EXPECT_EQ(matcher(ere({"aB_c"}, true)).kind(), matcher::strategy::literal);
+  EXPECT_EQ(count(ere({"aB_c"}, true), "AB_C\nab_c\nab-c\nxAb_Cx"), 3u);
   EXPECT_EQ(matcher(fixed({"a", "b"})).kind(), matcher::strategy::pcre2);
   EXPECT_EQ(count(fixed({"a.b*"}), "a.b*\naxb\n"), 1u);
   EXPECT_EQ(count(ere({"a\\.b"}), "a.b\naxb\n"), 1u);
@@ -417,11 +424,24 @@ TEST(Ere, StackedRepetitionsMerge) {
   EXPECT_EQ(count(ere({"xa{2}*y"}), "xay\nxaay\nxy\n"), 2u);
 }
 
+TEST(Ere, RequiredLiteral) {
+  EXPECT_EQ(scan::translate_ere("\\<struct\\>").required, "struct");
+  EXPECT_EQ(scan::translate_ere("^#define [A-Z]+").required, "#define ");
+  EXPECT_EQ(scan::translate_ere("(a|b)cde").required, "cde");
+  EXPECT_EQ(scan::translate_ere("abc?d").required, "ab");
+  EXPECT_EQ(scan::translate_ere("x(yz)w").required, "x");
+  EXPECT_EQ(scan::translate_ere("foo|bar").required, "");
+  EXPECT_EQ(scan::translate_ere("a\\.b\\<cd").required, "a.bcd");
+  EXPECT_NE(matcher(ere({"\\<struct\\>"})).describe().find("struct"), std::string::npos);
+  EXPECT_EQ(count(ere({"\\<struct\\>"}), "struct a\nastruct\nx struct\n"), 2u);
+}
+
 TEST(Ere, CatastrophicBacktrackingStillAnswers) {
   // Nested repetitions exceed PCRE2's match limit on long lines; the DFA
   // matcher decides those lines.
   std::string words;
-  while (words.size() < 3000) words += "word ";
+  while (words.size() < 3000)
+    words += "word ";
   const std::string text = words + "!\n" + words + "\nx\n" + words + "!\n" + words;
   EXPECT_EQ(count(ere({"^(\\w+\\s?)*$"}), text), 3u);
   EXPECT_EQ(count(ere({"^(\\w+\\s?)*!$", "zz"}), text), 2u);
@@ -467,6 +487,14 @@ const std::vector<std::vector<std::string>> random_patterns = {
     {"\r$"},
     {"\\.-"},
     {"_0123"},
+    {"ab.c"},
+    {"xy[0-9]"},
+    {"\\<_0"},
+    {"C.*ab"},
+    {"a b\\>"},
+    {"^ab"},
+    {"bc$"},
+    {"(a|b)c d"},
 };
 
 TEST(Random, PcreMatchesPerLineReference) {
@@ -578,7 +606,7 @@ TEST(LiteralFinder, FindsFirstOccurrence) {
     for (auto& c : needle)
       c = "abc"[pick(rng) % 3];
     for (bool avx2 : {true, false}) {
-      const scan::literal_finder f(needle, avx2);
+      const scan::literal_finder f(needle, false, avx2);
       const char* got = f.find(hay.data(), hay.data() + hay.size());
       const std::size_t want = hay.find(needle);
       if (want == std::string::npos) {
@@ -586,6 +614,29 @@ TEST(LiteralFinder, FindsFirstOccurrence) {
       } else {
         EXPECT_EQ(got, hay.data() + want) << needle << " in " << hay;
       }
+    }
+  }
+}
+
+TEST(LiteralFinder, IgnoreCase) {
+  std::mt19937 rng(6);
+  auto lower = [](std::string s) {
+    for (auto& c : s)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  for (int round = 0; round < 3000; ++round) {
+    std::string hay(static_cast<std::size_t>(round % 400), 'a');
+    for (auto& c : hay)
+      c = "aAbB-\xe4\xc4\n"[rng() % 8];
+    std::string needle(static_cast<std::size_t>(1 + round % 6), 'a');
+    for (auto& c : needle)
+      c = "aAbB-\xe4"[rng() % 6];
+    const std::size_t want = lower(hay).find(lower(needle));  // tolower: C locale, ASCII
+    for (bool avx2 : {true, false}) {
+      const scan::literal_finder f(needle, true, avx2);
+      const char* got = f.find(hay.data(), hay.data() + hay.size());
+      EXPECT_EQ(got, want == std::string::npos ? nullptr : hay.data() + want) << needle;
     }
   }
 }
@@ -602,7 +653,7 @@ TEST(LiteralFinder, NoisyFilterFallsBackCorrectly) {
     for (auto& c : needle)
       c = (rng() & 1) != 0 ? 'a' : 'b';
     for (bool avx2 : {true, false}) {
-      const scan::literal_finder f(needle, avx2);
+      const scan::literal_finder f(needle, false, avx2);
       for (std::size_t from : {std::size_t{0}, std::size_t{1}, std::size_t{777}}) {
         const char* got = f.find(hay.data() + from, hay.data() + hay.size());
         const std::size_t want = hay.find(needle, from);
@@ -665,6 +716,58 @@ TEST(Output, JsonReplacesInvalidUtf8) {
   scan::append_result(out, scan::result_format::path_count, "d/x", 3);
   scan::append_result(out, scan::result_format::count_only, "d/x", 0);
   EXPECT_EQ(out, "d/x:3\n0\n");
+}
+
+// -------------------------------------------------------------- window
+
+TEST(Window, BoundsItemsInFlightAndDrains) {
+  constexpr std::uint32_t size = 8;
+  constexpr int items = 20000;
+  scan::window w(size);
+  std::atomic<int> in_flight{0};
+  std::atomic<int> max_seen{0};
+  std::atomic<int> done{0};
+  std::mutex m;
+  std::vector<int> queue;  // items handed to the consumers
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> consumers;
+  for (int t = 0; t < 3; ++t) {
+    consumers.emplace_back([&] {
+      while (!stop.load()) {
+        bool got = false;
+        {
+          std::lock_guard lock(m);
+          if (!queue.empty()) {
+            queue.pop_back();
+            got = true;
+          }
+        }
+        if (!got) {
+          std::this_thread::yield();
+          continue;
+        }
+        in_flight.fetch_sub(1);
+        done.fetch_add(1);
+        w.release();
+      }
+    });
+  }
+  for (int k = 0; k < items; ++k) {
+    w.acquire();
+    const int now = in_flight.fetch_add(1) + 1;
+    int seen = max_seen.load();
+    while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {
+    }
+    std::lock_guard lock(m);
+    queue.push_back(k);
+  }
+  w.wait_all();
+  EXPECT_EQ(done.load(), items);
+  EXPECT_EQ(w.free_places(), size);
+  EXPECT_LE(max_seen.load(), static_cast<int>(size));
+  stop.store(true);
+  for (auto& t : consumers)
+    t.join();
 }
 
 // -------------------------------------------------------------- walker

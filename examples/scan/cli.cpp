@@ -66,7 +66,7 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   app.add_option("--io", io, "I/O backend: auto, uring or threadpool (env SPINDLE_IO)")
       ->check(CLI::IsMember({"auto", "uring", "threadpool"}));
   app.add_option("--max-in-flight", out.max_in_flight,
-                 "Files scanned at once (default: 32 per worker, 64..1024)")
+                 "Files scanned at once (default: 64 per worker, 128..1024)")
       ->check(CLI::PositiveNumber);
   std::size_t buffer_kib = out.buffer_size / 1024;
   app.add_option("--buffer-size", buffer_kib, "Read buffer per file in KiB (default 128)")

@@ -64,7 +64,9 @@ class translator {
     while (i_ < p_.size())
       step();
     if (!open_.empty()) throw pattern_error("Unmatched ( or \\(");
+    end_run();
     ere_translation r;
+    if (!top_alternation_) r.required = best_run_;
     r.pcre = std::move(out_);
     r.is_literal = literal_ok_;
     if (literal_ok_) r.literal = std::move(literal_);
@@ -92,7 +94,16 @@ class translator {
 
   void not_literal() { literal_ok_ = false; }
 
-  void begin_atom() {
+  // Required literal: the longest run of literal bytes at the top level
+  // (outside groups, not repeated) that every match contains; zero-width
+  // anchors do not interrupt a run, every other atom does.
+  void end_run() {
+    if (run_.size() > best_run_.size()) best_run_ = run_;
+    run_.clear();
+  }
+
+  void begin_atom(bool keeps_run = false) {
+    if (!keeps_run) end_run();
     atom_start_ = out_.size();
     last_ = last_kind::atom;
     quantified_ = false;
@@ -105,9 +116,16 @@ class translator {
   }
 
   void literal_byte(unsigned char c) {
-    begin_atom();
+    begin_atom(true);
     append_literal(out_, c);
     literal_ += static_cast<char>(c);
+    const bool repeated = i_ < p_.size() && (p_[i_] == '*' || p_[i_] == '+' || p_[i_] == '?' ||
+                                             p_[i_] == '{');  // maybe: stay on the safe side
+    if (!open_.empty() || repeated) {
+      end_run();
+    } else {
+      run_ += static_cast<char>(c);
+    }
   }
 
   void step() {
@@ -116,6 +134,7 @@ class translator {
       case '(': {
         ++i_;
         not_literal();
+        end_run();
         open_group g{out_.size(), ++groups_, completed_, {}};
         out_ += capture_ ? "(" : "(?:";
         open_.push_back(std::move(g));
@@ -128,6 +147,7 @@ class translator {
           literal_byte(c);
           return;
         }
+        end_run();
         open_group g = std::move(open_.back());
         open_.pop_back();
         out_ += ')';
@@ -141,6 +161,8 @@ class translator {
       case '|':
         ++i_;
         not_literal();
+        end_run();
+        if (open_.empty()) top_alternation_ = true;
         out_ += '|';
         last_ = last_kind::none;
         // glibc: a back-reference may only name a group completed before the
@@ -504,6 +526,9 @@ class translator {
   last_kind last_ = last_kind::none;
   std::size_t atom_start_ = 0;
   bool quantified_ = false;
+  std::string run_;
+  std::string best_run_;
+  bool top_alternation_ = false;
   std::size_t quant_pos_ = 0;  // where the last atom's quantifier starts in out_
   int quant_lo_ = 0;           // and its bounds (hi -1: unbounded)
   int quant_hi_ = 0;

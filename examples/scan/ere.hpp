@@ -18,18 +18,23 @@
 //    repeats the empty string and is dropped; a repetition of an anchor
 //    removes the anchor when its minimum is 0; stacked repetitions (a+?, a*+,
 //    a{2}{3}) apply to the repeated atom, as in POSIX, not PCRE's lazy or
-//    possessive forms;
+//    possessive forms, and merge into one quantifier when the inner minimum
+//    is at most 1 (a+* is a*: no nested repetition for PCRE2 to backtrack);
 //  - an unmatched `)` is literal; an unmatched `(` is an error;
 //  - back-references \1..\9 must name a group completed earlier in the same
 //    alternative (glibc's rule) and are renumbered by `group_offset` so that
 //    several patterns can share one alternation;
 //  - no construct of the result can match '\n': negated sets, \W and \S
-//    exclude it, so a match never crosses a line of the searched buffer.
+//    exclude it, so a match never crosses a line of the searched buffer;
+//  - `required` is the longest run of top-level literal bytes every match
+//    contains (for a literal prefilter), empty with a top-level `|`.
 //
-// Not supported (differences from grep -E): multibyte locales (the C locale
-// is assumed), back-references whose semantics differ between POSIX
-// leftmost-longest and backtracking matching when only match *existence*
-// matters (none known), and grep's warnings on stray backslashes.
+// Not supported / known differences from grep -E: multibyte locales (the C
+// locale is assumed); grep's warnings (stray backslashes, `*` at the start).
+// grep hands patterns with [=c=], [.c.] or back-references to glibc's regex
+// instead of its DFA, and there a leading `{0}` or a stray escape under -i
+// can make it find nothing (`{0}[[=e=]]`, `[[=e=]]\x` with -i): we keep the
+// DFA's meaning in every case.
 //
 // Errors: pattern_error with grep's message ("Unmatched [, [^, [:, [., or [=",
 // "Invalid range end", "Invalid back reference", "Trailing backslash", ...).
@@ -51,6 +56,7 @@ struct ere_translation {
   std::string pcre;          ///< PCRE2 pattern text
   bool is_literal = false;   ///< the ERE is a plain byte string (no operators)
   std::string literal;       ///< that string, when is_literal
+  std::string required;      ///< a byte string every match contains (maybe empty)
   int groups = 0;            ///< capturing groups emitted (0 unless `capture`)
   bool has_backref = false;  ///< the ERE uses \1..\9
 };

@@ -3,7 +3,8 @@
 //
 // Shape (seed 000's file-scanning consumer):
 //   - discovery: the main thread walks the operands (scan::walker) and, for
-//     each regular file, takes a permit from a counting semaphore, takes a
+//     each regular file, takes a permit from a scan::window (a counting
+//     semaphore that wakes the producer once per half window), takes a
 //     free scan slot (read buffer, PCRE2 scratch, output batch, counters) and
 //     spawns one spindle task with rt.spawn(); the join handle is dropped
 //     (detached). Permits = slots = max in flight, so memory stays bounded
@@ -20,6 +21,7 @@
 //     the remaining batches, and reports.
 // Output order is completion order; sort it to compare with grep.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,7 +34,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <semaphore>
 #include <spindle/spindle.hpp>
 #include <stop_token>
 #include <string>
@@ -45,6 +46,7 @@
 #include "matcher.hpp"
 #include "output.hpp"
 #include "walker.hpp"
+#include "window.hpp"
 
 namespace {
 
@@ -84,7 +86,7 @@ class scanner final : public scan::walk_sink {
         console_(console),
         format_(format),
         print_zero_(print_zero),
-        permits_(static_cast<std::ptrdiff_t>(in_flight)) {
+        permits_(static_cast<std::uint32_t>(in_flight)) {
     slots_.reserve(in_flight);
     free_.reserve(in_flight);
     for (std::size_t k = 0; k < in_flight; ++k) {
@@ -121,11 +123,7 @@ class scanner final : public scan::walk_sink {
   }
 
   /// Waits until every spawned scan has returned its permit.
-  void wait_all() {
-    for (std::size_t k = 0; k < slots_.size(); ++k)
-      permits_.acquire();
-    permits_.release(static_cast<std::ptrdiff_t>(slots_.size()));
-  }
+  void wait_all() { permits_.wait_all(); }
 
   /// Writes what the slots still hold (after wait_all).
   void flush_all() {
@@ -187,7 +185,7 @@ class scanner final : public scan::walk_sink {
   // Batches go out at 32 KiB; line by line when a person watches stdout.
   std::size_t flush_at_ = ::isatty(STDOUT_FILENO) != 0 ? 1 : 32 * 1024;
   spindle::runtime* rt_ = nullptr;
-  std::counting_semaphore<> permits_;
+  scan::window permits_;  // one place per slot
   std::mutex free_mutex_;
   std::vector<slot*> free_;
   std::vector<std::unique_ptr<slot>> slots_;
@@ -279,6 +277,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Descriptors: up to --max-in-flight open files plus the walker's
+  // directories; lift the soft limit to the hard one.
+  struct rlimit files_limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &files_limit) == 0 &&
+      files_limit.rlim_cur < files_limit.rlim_max) {
+    files_limit.rlim_cur = files_limit.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &files_limit);
+  }
+
   const auto started = clock_type::now();
   scan::console console(options.progress && ::isatty(STDERR_FILENO) != 0);
 
@@ -309,7 +316,7 @@ int main(int argc, char** argv) {
   }
   const std::size_t workers = rt->worker_count();
   std::size_t in_flight = options.max_in_flight;
-  if (in_flight == 0) in_flight = std::clamp<std::size_t>(workers * 32, 64, 1024);
+  if (in_flight == 0) in_flight = std::clamp<std::size_t>(workers * 64, 128, 1024);
 
   scanner sc(*matcher, options.buffer_size, console, format, print_zero, in_flight);
   sc.attach(*rt);

@@ -85,9 +85,42 @@ const std::array<std::uint8_t, 256> byte_ranks = make_byte_ranks();
 
 }  // namespace
 
-literal_finder::literal_finder(std::string needle, bool allow_avx2) : needle_(std::move(needle)) {
+namespace {
+
+constexpr unsigned char fold(unsigned char c) noexcept {
+  return c >= 'A' && c <= 'Z' ? static_cast<unsigned char>(c + ('a' - 'A')) : c;
+}
+constexpr unsigned char other_case(unsigned char c) noexcept {
+  if (c >= 'a' && c <= 'z') return static_cast<unsigned char>(c - ('a' - 'A'));
+  if (c >= 'A' && c <= 'Z') return static_cast<unsigned char>(c + ('a' - 'A'));
+  return c;
+}
+// `text` equals the lower-case `folded` ignoring ASCII case.
+bool equal_folded(const char* text, std::string const& folded) noexcept {
+  for (std::size_t k = 0; k < folded.size(); ++k) {
+    if (fold(static_cast<unsigned char>(text[k])) != static_cast<unsigned char>(folded[k])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+literal_finder::literal_finder(std::string needle, bool ignore_case, bool allow_avx2)
+    : needle_(std::move(needle)) {
   if (needle_.empty()) throw std::invalid_argument("literal_finder: empty needle");
-  auto rank = [this](std::size_t k) { return byte_ranks[static_cast<unsigned char>(needle_[k])]; };
+  icase_ = ignore_case && std::any_of(needle_.begin(), needle_.end(), [](char c) {
+             return other_case(static_cast<unsigned char>(c)) != static_cast<unsigned char>(c);
+           });
+  if (icase_) {
+    for (char& c : needle_)
+      c = static_cast<char>(fold(static_cast<unsigned char>(c)));
+  }
+  auto rank = [this](std::size_t k) {
+    const auto c = static_cast<unsigned char>(needle_[k]);
+    return icase_ ? std::max(byte_ranks[c], byte_ranks[other_case(c)]) : byte_ranks[c];
+  };
   for (std::size_t k = 1; k < needle_.size(); ++k) {
     if (rank(k) < rank(first_)) first_ = k;
   }
@@ -112,8 +145,17 @@ literal_finder::literal_finder(std::string needle, bool allow_avx2) : needle_(st
 const char* literal_finder::find_scalar(const char* begin, const char* end) const noexcept {
   const std::size_t m = needle_.size();
   if (static_cast<std::size_t>(end - begin) < m) return nullptr;
-  const char rare = needle_[first_];
   const char* const last_start = end - m;
+  if (icase_) {
+    const auto rare = static_cast<unsigned char>(needle_[first_]);
+    for (const char* start = begin; start <= last_start; ++start) {
+      if (fold(static_cast<unsigned char>(start[first_])) == rare && equal_folded(start, needle_)) {
+        return start;
+      }
+    }
+    return nullptr;
+  }
+  const char rare = needle_[first_];
   const char* p = begin + first_;
   const char* const scan_end = last_start + first_ + 1;  // rare byte of the last start
   std::size_t misses = 0;
@@ -134,14 +176,15 @@ const char* literal_finder::find_scalar(const char* begin, const char* end) cons
 #if defined(__SSE2__)
 namespace {
 
-// The SIMD filter: for every block of `width` candidate starts at p, compare
-// the bytes at p + first and p + second with the needle's; check the starts
-// where both agree. Advances `p` over the blocks it has cleared and returns a
-// match, or nullptr when the blocks ran out (then p is where they stopped)
-// or when false candidates came so often that memmem should take over (then
-// `give_up` is set).
+// The SIMD filter: for every block of 16 or 32 candidate starts at p,
+// compare the bytes at p + first and p + second with the needle's (with
+// Icase, with both cases of each); check the starts where both agree.
+// Advances `p` over the blocks it has cleared and returns a match, or
+// nullptr when the blocks ran out (then p is where they stopped) or when
+// false candidates came so often that memmem should take over (then
+// `give_up` is set; never with Icase).
 struct pair_filter {
-  std::string const& needle;
+  std::string const& needle;  // lower case with Icase
   std::size_t first;
   std::size_t second;
   const char* begin;
@@ -150,11 +193,15 @@ struct pair_filter {
   bool give_up = false;
 
   // Returns the first match among the candidate starts in `mask`.
+  template <bool Icase>
   const char* check(const char* p, std::uint32_t mask) noexcept {
     while (mask != 0) {
       const char* candidate = p + __builtin_ctz(mask);
       if (candidate > last_start) return nullptr;
-      if (std::memcmp(candidate, needle.data(), needle.size()) == 0) return candidate;
+      if (Icase ? equal_folded(candidate, needle)
+                : std::memcmp(candidate, needle.data(), needle.size()) == 0) {
+        return candidate;
+      }
       ++false_hits;
       mask &= mask - 1;
     }
@@ -165,9 +212,17 @@ struct pair_filter {
     return false_hits > 64 && static_cast<std::size_t>(p - begin) < false_hits * 16;
   }
 
+  char byte(std::size_t k, bool upper) const noexcept {
+    const auto c = static_cast<unsigned char>(needle[k]);
+    return static_cast<char>(upper ? other_case(c) : c);
+  }
+
+  template <bool Icase>
   const char* run_sse2(const char*& p, const char* last_block) noexcept {
-    const __m128i b1 = _mm_set1_epi8(needle[first]);
-    const __m128i b2 = _mm_set1_epi8(needle[second]);
+    const __m128i b1 = _mm_set1_epi8(byte(first, false));
+    const __m128i b2 = _mm_set1_epi8(byte(second, false));
+    const __m128i u1 = _mm_set1_epi8(byte(first, true));
+    const __m128i u2 = _mm_set1_epi8(byte(second, true));
     // Locals, so that the compiler keeps them in registers.
     const char* q = p;
     const std::size_t o1 = first;
@@ -175,12 +230,17 @@ struct pair_filter {
     for (; q <= last_block; q += 16) {
       const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + o1));
       const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + o2));
-      const auto mask = static_cast<std::uint32_t>(
-          _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(v1, b1), _mm_cmpeq_epi8(v2, b2))));
+      __m128i e1 = _mm_cmpeq_epi8(v1, b1);
+      __m128i e2 = _mm_cmpeq_epi8(v2, b2);
+      if constexpr (Icase) {
+        e1 = _mm_or_si128(e1, _mm_cmpeq_epi8(v1, u1));
+        e2 = _mm_or_si128(e2, _mm_cmpeq_epi8(v2, u2));
+      }
+      const auto mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_and_si128(e1, e2)));
       if (mask != 0) {
         p = q;
-        if (const char* hit = check(q, mask)) return hit;
-        if (too_noisy(q)) {
+        if (const char* hit = check<Icase>(q, mask)) return hit;
+        if (!Icase && too_noisy(q)) {
           give_up = true;
           return nullptr;
         }
@@ -191,23 +251,30 @@ struct pair_filter {
   }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  template <bool Icase>
   __attribute__((target("avx2"))) const char* run_avx2(const char*& p,
                                                        const char* last_block) noexcept {
-    const __m256i b1 = _mm256_set1_epi8(needle[first]);
-    const __m256i b2 = _mm256_set1_epi8(needle[second]);
-    // Locals, so that the compiler keeps them in registers.
+    const __m256i b1 = _mm256_set1_epi8(byte(first, false));
+    const __m256i b2 = _mm256_set1_epi8(byte(second, false));
+    const __m256i u1 = _mm256_set1_epi8(byte(first, true));
+    const __m256i u2 = _mm256_set1_epi8(byte(second, true));
     const char* q = p;
     const std::size_t o1 = first;
     const std::size_t o2 = second;
     for (; q <= last_block; q += 32) {
       const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + o1));
       const __m256i v2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + o2));
-      const auto mask = static_cast<std::uint32_t>(_mm256_movemask_epi8(
-          _mm256_and_si256(_mm256_cmpeq_epi8(v1, b1), _mm256_cmpeq_epi8(v2, b2))));
+      __m256i e1 = _mm256_cmpeq_epi8(v1, b1);
+      __m256i e2 = _mm256_cmpeq_epi8(v2, b2);
+      if constexpr (Icase) {
+        e1 = _mm256_or_si256(e1, _mm256_cmpeq_epi8(v1, u1));
+        e2 = _mm256_or_si256(e2, _mm256_cmpeq_epi8(v2, u2));
+      }
+      const auto mask = static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_and_si256(e1, e2)));
       if (mask != 0) {
         p = q;
-        if (const char* hit = check(q, mask)) return hit;
-        if (too_noisy(q)) {
+        if (const char* hit = check<Icase>(q, mask)) return hit;
+        if (!Icase && too_noisy(q)) {
           give_up = true;
           return nullptr;
         }
@@ -225,7 +292,8 @@ struct pair_filter {
 const char* literal_finder::find(const char* begin, const char* end) const noexcept {
   const std::size_t m = needle_.size();
   if (static_cast<std::size_t>(end - begin) < m) return nullptr;
-  if (m == 1) return static_cast<const char*>(std::memchr(begin, needle_[0], end - begin));
+  if (m == 1 && !icase_)
+    return static_cast<const char*>(std::memchr(begin, needle_[0], end - begin));
   const char* p = begin;
 #if defined(__SSE2__)
   // Both loads of a block stay inside [begin, end).
@@ -233,11 +301,15 @@ const char* literal_finder::find(const char* begin, const char* end) const noexc
   pair_filter filter{needle_, first_, second_, begin, end - m};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (avx2_ && static_cast<std::size_t>(end - p) >= reach + 32) {
-    if (const char* hit = filter.run_avx2(p, end - reach - 32)) return hit;
+    const char* hit = icase_ ? filter.run_avx2<true>(p, end - reach - 32)
+                             : filter.run_avx2<false>(p, end - reach - 32);
+    if (hit != nullptr) return hit;
   }
 #endif
   if (!filter.give_up && static_cast<std::size_t>(end - p) >= reach + 16) {
-    if (const char* hit = filter.run_sse2(p, end - reach - 16)) return hit;
+    const char* hit = icase_ ? filter.run_sse2<true>(p, end - reach - 16)
+                             : filter.run_sse2<false>(p, end - reach - 16);
+    if (hit != nullptr) return hit;
   }
   if (filter.give_up) return static_cast<const char*>(memmem(p, end - p, needle_.data(), m));
 #endif
@@ -257,7 +329,7 @@ struct matcher::scratch::state {
   pcre2_match_data* data = nullptr;
   pcre2_match_context* context = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;  // allocated on the first JIT stack overflow
-  std::vector<int> dfa_workspace;         // for pcre2_dfa_match, when it is needed
+  std::vector<int> dfa_workspace;        // for pcre2_dfa_match, when it is needed
   ~state() {
     pcre2_match_data_free(data);
     pcre2_match_context_free(context);
@@ -290,11 +362,6 @@ std::vector<std::string> split_lines(std::vector<std::string> const& given) {
   return out;
 }
 
-bool has_ascii_letter(std::string_view s) {
-  return std::any_of(s.begin(), s.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
-}
-
 std::string pcre_error_text(int code) {
   std::array<PCRE2_UCHAR, 256> buffer{};
   pcre2_get_error_message(code, buffer.data(), buffer.size());
@@ -317,6 +384,7 @@ matcher::matcher(match_options const& options) {
   }
 
   std::string single_literal;
+  std::string required;  // a literal every match contains: search it first
   bool literal_ok = false;
   bool any_backref = false;
   std::string pcre;
@@ -344,6 +412,9 @@ matcher::matcher(match_options const& options) {
         offset += parts[k].groups;
       }
     }
+    if (parts.size() == 1 && parts[0].required.size() >= 2) {
+      required = parts[0].required;
+    }
     if (parts.size() == 1 && parts[0].is_literal && !parts[0].literal.empty()) {
       single_literal = parts[0].literal;
       literal_ok = true;
@@ -358,9 +429,9 @@ matcher::matcher(match_options const& options) {
     }
   }
 
-  if (literal_ok && (!options.ignore_case || !has_ascii_letter(single_literal))) {
+  if (literal_ok) {
     kind_ = strategy::literal;
-    literal_ = std::make_unique<literal_finder>(std::move(single_literal));
+    literal_ = std::make_unique<literal_finder>(std::move(single_literal), options.ignore_case);
     return;
   }
 
@@ -383,6 +454,9 @@ matcher::matcher(match_options const& options) {
   code_ = std::make_unique<compiled>();
   code_->code = code;
   code_->has_backref = any_backref;
+  if (!required.empty()) {
+    required_ = std::make_unique<literal_finder>(std::move(required), options.ignore_case);
+  }
   code_->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }
 
@@ -393,7 +467,8 @@ std::string matcher::describe() const {
     case strategy::literal:
       return "literal";
     case strategy::pcre2:
-      return code_->jit ? "pcre2-jit" : "pcre2";
+      return std::string(code_->jit ? "pcre2-jit" : "pcre2") +
+             (required_ ? " after literal \"" + required_->needle() + "\"" : "");
   }
   return "?";
 }
@@ -461,7 +536,37 @@ int matcher::dfa_match(std::string_view line, scratch::state& st) const {
   return PCRE2_ERROR_DFA_WSSIZE;
 }
 
+std::uint64_t matcher::count_prefiltered(std::string_view text, scratch& s) const {
+  const char* const base = text.data();
+  const std::size_t n = text.size();
+  std::uint64_t count = 0;
+  std::uint64_t candidates = 0;
+  std::size_t pos = 0;  // always the start of a line
+  while (true) {
+    // The literal is on most lines here (#define in headers): one PCRE2
+    // call per line costs more than letting PCRE2 scan the rest itself.
+    if (++candidates > 16 && pos < candidates * 1024)
+      return count + count_whole(text.substr(pos), s);
+    const char* hit = required_->find(base + pos, base + n);
+    if (hit == nullptr) break;
+    const auto at = static_cast<std::size_t>(hit - base);
+    const void* prev = at > pos ? memrchr(base + pos, '\n', at - pos) : nullptr;
+    const std::size_t line_start =
+        prev != nullptr ? static_cast<std::size_t>(static_cast<const char*>(prev) - base) + 1 : pos;
+    const char* nl = static_cast<const char*>(std::memchr(hit, '\n', n - at));
+    const std::size_t line_end = nl != nullptr ? static_cast<std::size_t>(nl - base) : n;
+    if (line_matches(text.substr(line_start, line_end - line_start), s)) ++count;
+    if (nl == nullptr) break;
+    pos = line_end + 1;
+  }
+  return count;
+}
+
 std::uint64_t matcher::count_pcre(std::string_view text, scratch& s) const {
+  return required_ ? count_prefiltered(text, s) : count_whole(text, s);
+}
+
+std::uint64_t matcher::count_whole(std::string_view text, scratch& s) const {
   auto& st = *s.state_;
   const char* const base = text.data();
   const std::size_t n = text.size();

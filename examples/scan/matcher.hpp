@@ -7,12 +7,15 @@
 // line, resume at the start of the next line. Strategies, chosen at
 // construction:
 //   - every_line: some pattern is empty; the count is the number of lines;
-//   - literal: one case-sensitive fixed string (-F, or an ERE without
-//     operators): memchr on the needle's rarest byte, then memcmp;
+//   - literal: one fixed string (-F, or an ERE without operators), with or
+//     without -i: literal_finder (a SIMD filter on two rare needle bytes);
 //   - pcre2: everything else, one alternation of all patterns, JIT-compiled
 //     when PCRE2 has a JIT, PCRE2_MULTILINE, no UTF. The ERE translation
 //     guarantees that no match crosses a newline; a match that still does is
-//     checked again against its first line alone.
+//     checked again against its first line alone. A single ERE with a
+//     required literal of 2+ bytes (`struct` in \<struct\>) is
+//     searched for that literal first; PCRE2 then runs on the lines that
+//     contain it (until the literal turns out to be on most lines).
 //
 // Line model (grep's): a buffer is a sequence of lines, each ended by '\n'
 // except perhaps the last; a final '\n' ends the last line and does not start
@@ -56,15 +59,17 @@ struct match_options {
 /// Number of '\n' bytes in [data, data + size).
 std::size_t count_newlines(const char* data, std::size_t size) noexcept;
 
-/// Finds a fixed byte string. One byte: memchr. Longer: a SIMD filter on
+/// Finds a fixed byte string (optionally ignoring ASCII case). One byte:
+/// memchr. Longer (or ignoring case): a SIMD filter on
 /// two of its rarest bytes at their offsets (AVX2 when the CPU has it, else
 /// SSE2; 32 or 16 candidate positions per step), each surviving position
 /// checked with memcmp; memchr on the rarest byte for the last few
 /// positions, and glibc's memmem when the filter lets too much through.
 class literal_finder {
  public:
-  /// `allow_avx2 = false` keeps to SSE2 (for tests).
-  explicit literal_finder(std::string needle, bool allow_avx2 = true);
+  /// `ignore_case`: ASCII letters match either case. `allow_avx2 = false`
+  /// keeps to SSE2 (for tests).
+  explicit literal_finder(std::string needle, bool ignore_case = false, bool allow_avx2 = true);
   /// First occurrence in [begin, end), or nullptr.
   const char* find(const char* begin, const char* end) const noexcept;
   [[nodiscard]] std::string const& needle() const noexcept { return needle_; }
@@ -79,6 +84,7 @@ class literal_finder {
   std::string needle_;
   std::size_t first_ = 0;   // offset of the rarest byte
   std::size_t second_ = 0;  // offset of the next rarest (another offset)
+  bool icase_ = false;      // needle_ is then in lower case
   bool avx2_ = false;
 };
 
@@ -122,6 +128,8 @@ class matcher {
  private:
   struct compiled;
   std::uint64_t count_pcre(std::string_view text, scratch& s) const;
+  std::uint64_t count_prefiltered(std::string_view text, scratch& s) const;
+  std::uint64_t count_whole(std::string_view text, scratch& s) const;
   bool line_matches(std::string_view line, scratch& s) const;
   bool line_matches_slowly(std::string_view line, scratch& s) const;
   int dfa_match(std::string_view line, scratch::state& st) const;
@@ -129,6 +137,7 @@ class matcher {
   strategy kind_ = strategy::pcre2;
   std::unique_ptr<literal_finder> literal_;
   std::unique_ptr<compiled> code_;
+  std::unique_ptr<literal_finder> required_;  // prefilter: a literal every match contains
   std::string pcre_pattern_;
 };
 

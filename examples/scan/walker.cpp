@@ -24,6 +24,7 @@ struct linux_dirent64 {
 };
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK;
+constexpr std::size_t kMaxOpenDepth = 64;
 
 void append_child(std::string& path, std::string_view name) {
   if (!path.empty() && path.back() != '/') path += '/';
@@ -126,15 +127,23 @@ void walker::walk_directory(int fd) {
       }
     }
   }
-  ::close(fd);
-
+  // Subdirectories open relative to this directory (no path walk from the
+  // root each time); very deep trees give the descriptor up and open by
+  // path, so that at most kMaxOpenDepth descriptors are held.
+  int parent = fd;
+  if (depth >= kMaxOpenDepth || subdirs_[depth].empty()) {
+    ::close(fd);
+    parent = AT_FDCWD;
+  }
   // subdirs_ may reallocate while deeper levels are walked: index, don't hold.
   std::size_t at = 0;
   while (at < subdirs_[depth].size()) {
     const std::size_t len = std::strlen(subdirs_[depth].c_str() + at);
-    append_child(path_, std::string_view(subdirs_[depth].data() + at, len));
+    const char* name = subdirs_[depth].c_str() + at;
+    append_child(path_, std::string_view(name, len));
+    const int child =
+        ::openat(parent, parent == AT_FDCWD ? path_.c_str() : name, kDirFlags | O_NOFOLLOW);
     at += len + 1;
-    const int child = ::open(path_.c_str(), kDirFlags | O_NOFOLLOW);
     if (child >= 0) {
       walk_directory(child);
     } else if (errno != ELOOP && errno != ENOTDIR && errno != ENOENT) {
@@ -142,6 +151,7 @@ void walker::walk_directory(int fd) {
     }
     path_.resize(base);
   }
+  if (parent != AT_FDCWD) ::close(parent);
   ancestors_.pop_back();
 }
 

@@ -1,9 +1,10 @@
 // scan::walker: the discovery side of spindle-scan (grep -r's traversal).
 //
 // Shape: a depth-first walk on the calling thread with getdents64 and d_type.
-// Each directory is listed completely and closed before its subdirectories
-// are entered, so at most one directory fd is open at a time and the memory
-// held is one name list per level (reused across the walk). DT_UNKNOWN
+// Each directory is listed completely before its subdirectories are entered
+// (openat relative to it, its descriptor kept open meanwhile, up to a depth
+// of 64; deeper, by path), so the memory held is one list of subdirectory
+// names per level (reused across the walk). DT_UNKNOWN
 // entries are classified with fstatat(AT_SYMLINK_NOFOLLOW); regular files are
 // handed to the sink at once, in listing order; symlinks, FIFOs, sockets and
 // devices below the command line are skipped without being opened.

@@ -51,7 +51,7 @@ def main():
             for k in range(6):
                 write(os.path.join(d, f"file{k}.txt"), text(rng, rng.randint(0, 60)))
     deep = j("deep")
-    for level in range(40):
+    for level in range(80):  # deeper than the walker keeps descriptors for (64)
         deep = os.path.join(deep, f"d{level}")
     os.makedirs(deep)
     write(os.path.join(deep, "bottom.txt"), b"foo at the bottom\nend\n")
