@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -25,6 +26,24 @@
 #include "spindle/task.hpp"
 
 namespace spindle_test {
+
+/// An array of task headers that stand in for tasks in queue tests.
+class fake_tasks {
+ public:
+  explicit fake_tasks(std::size_t n) : items_(new spindle::detail::task_header[n]), n_(n) {}
+  spindle::detail::task_header* operator[](std::size_t i) const { return &items_[i]; }
+  [[nodiscard]] std::size_t index(spindle::detail::task_header const* t) const {
+    return static_cast<std::size_t>(t - items_.get());
+  }
+  [[nodiscard]] bool owns(spindle::detail::task_header const* t) const {
+    return t >= items_.get() && t < items_.get() + n_;
+  }
+  [[nodiscard]] std::size_t size() const { return n_; }
+
+ private:
+  std::unique_ptr<spindle::detail::task_header[]> items_;
+  std::size_t n_;
+};
 
 using namespace std::chrono_literals;
 

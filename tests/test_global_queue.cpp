@@ -17,22 +17,7 @@ namespace {
 
 using spindle::detail::global_queue;
 using spindle::detail::task_header;
-
-class fake_tasks {
- public:
-  explicit fake_tasks(std::size_t n) : items_(new task_header[n]), n_(n) {}
-  task_header* operator[](std::size_t i) const { return &items_[i]; }
-  [[nodiscard]] std::size_t index(task_header const* t) const {
-    return static_cast<std::size_t>(t - items_.get());
-  }
-  [[nodiscard]] bool owns(task_header const* t) const {
-    return t >= items_.get() && t < items_.get() + n_;
-  }
-
- private:
-  std::unique_ptr<task_header[]> items_;
-  std::size_t n_;
-};
+using spindle_test::fake_tasks;
 
 /// Links tasks[from..to) through `next` and returns {first, last}.
 std::pair<task_header*, task_header*> link(fake_tasks const& tasks, std::size_t from,

@@ -23,23 +23,7 @@ namespace {
 using spindle::detail::global_queue;
 using spindle::detail::run_queue;
 using spindle::detail::task_header;
-
-class fake_tasks {
- public:
-  explicit fake_tasks(std::size_t n) : items_(new task_header[n]), n_(n) {}
-  task_header* operator[](std::size_t i) const { return &items_[i]; }
-  [[nodiscard]] std::size_t index(task_header const* t) const {
-    return static_cast<std::size_t>(t - items_.get());
-  }
-  [[nodiscard]] bool owns(task_header const* t) const {
-    return t >= items_.get() && t < items_.get() + n_;
-  }
-  [[nodiscard]] std::size_t size() const { return n_; }
-
- private:
-  std::unique_ptr<task_header[]> items_;
-  std::size_t n_;
-};
+using spindle_test::fake_tasks;
 
 std::vector<std::size_t> drain(run_queue& q, fake_tasks const& tasks) {
   std::vector<std::size_t> out;
