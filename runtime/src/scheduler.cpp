@@ -494,14 +494,16 @@ void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
       prev, (prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete,
       std::memory_order_acq_rel, std::memory_order_acquire)) {
   }
-  // Counted out before the waiter runs: a block_on that returns sees it gone.
-  if (lifecycle_.complete_one()) observe_termination();
+  // The task stops counting as alive after its detached exception is
+  // reported, and before its joiner runs (a block_on that returns sees it gone).
   if ((prev & sb::join_interest) == 0) {
     if (!task->cancelled_before_finish && task->promise->has_exception()) {
       report_detached_exception(task);
     }
-  } else if ((prev & sb::join_waker) != 0) {
-    task->waiter->notify(task->waiter);
+    if (lifecycle_.complete_one()) observe_termination();
+  } else {
+    if (lifecycle_.complete_one()) observe_termination();
+    if ((prev & sb::join_waker) != 0) task->waiter->notify(task->waiter);
   }
   drop_reference(task);
 }
