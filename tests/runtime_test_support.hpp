@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,18 @@
 #include "spindle/task.hpp"
 
 namespace spindle_test {
+
+/// A coroutine type that no runtime runs (starts at once, never suspends at
+/// its ends): for awaiting spindle awaitables outside any spindle task.
+struct eager {
+  struct promise_type {
+    eager get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
 
 /// An array of task headers that stand in for tasks in queue tests.
 class fake_tasks {

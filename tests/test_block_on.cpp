@@ -19,6 +19,8 @@
 
 namespace {
 
+using spindle_test::eager;
+
 using namespace std::chrono_literals;
 using spindle::join_handle;
 using spindle::task;
@@ -284,15 +286,6 @@ TEST(BlockOn, YieldLetsOtherTasksRun) {
   EXPECT_EQ(rt.block_on(waiter()), 1);
 }
 
-struct eager {
-  struct promise_type {
-    eager get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
 eager yield_outside(int* steps) {
   ++*steps;
   co_await spindle::yield_now();

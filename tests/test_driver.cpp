@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io_test_support.hpp"
 #include "spindle/detail/driver.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/io.hpp"
@@ -43,17 +44,7 @@ using spindle::task;
 using spindle::io::file;
 namespace fs = std::filesystem;
 
-bool uring_available() {
-  static bool const available = [] {
-    try {
-      runtime rt{runtime_config{.workers = 1, .io = io_backend::uring}};
-      return true;
-    } catch (std::system_error const&) {
-      return false;
-    }
-  }();
-  return available;
-}
+using spindle_test::uring_available;
 
 #define SKIP_WITHOUT_URING() \
   if (!uring_available()) GTEST_SKIP() << "io_uring cannot be set up here"

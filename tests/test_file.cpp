@@ -31,6 +31,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io_test_support.hpp"
 #include "spindle/io.hpp"
 #include "spindle/runtime.hpp"
 
@@ -73,17 +74,7 @@ class watchdog {
   std::thread thread_;
 };
 
-bool uring_available() {
-  static bool const available = [] {
-    try {
-      runtime rt{runtime_config{.workers = 1, .io = io_backend::uring}};
-      return true;
-    } catch (std::system_error const&) {
-      return false;
-    }
-  }();
-  return available;
-}
+using spindle_test::uring_available;
 
 std::byte pattern(std::uint64_t pos) {
   return static_cast<std::byte>((pos * 2654435761u) >> 13);

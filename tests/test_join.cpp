@@ -19,6 +19,8 @@
 
 namespace {
 
+using spindle_test::eager;
+
 using namespace std::chrono_literals;
 using spindle::join_handle;
 using spindle::task;
@@ -460,16 +462,6 @@ TEST(Join, SpawnOfAnEmptyTaskThrowsInvalidArgument) {
   EXPECT_EQ(rt.block_on(inside()), 1);
 }
 
-// A join handle awaited by a coroutine that no runtime runs.
-struct eager {
-  struct promise_type {
-    eager get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
 eager await_outside(join_handle<int>* h, std::error_code* code) {
   try {
     (void)co_await *h;

@@ -512,14 +512,9 @@ void uring_driver::cancel_all(worker& w) noexcept {
   }
 }
 
-void uring_driver::on_worker_stop(std::size_t index) noexcept {
-  worker& w = workers_[index];
-  if (this_thread_worker.driver == this && this_thread_worker.index == index) {
-    this_thread_worker = thread_worker{};
-  }
-  if (w.stopped) return;
-
-  // Refuse further remote submissions; ops still queued were never submitted.
+void uring_driver::close_remote(worker& w) noexcept {
+  // Refuse further remote submissions; ops still queued were never
+  // submitted: they complete as cancelled.
   io_op* list = nullptr;
   {
     std::lock_guard lock(w.remote_mutex);
@@ -530,6 +525,16 @@ void uring_driver::on_worker_stop(std::size_t index) noexcept {
     w.clear_cancels();
   }
   cancel_unsubmitted(list);
+}
+
+void uring_driver::on_worker_stop(std::size_t index) noexcept {
+  worker& w = workers_[index];
+  if (this_thread_worker.driver == this && this_thread_worker.index == index) {
+    this_thread_worker = thread_worker{};
+  }
+  if (w.stopped) return;
+
+  close_remote(w);
 
   if (w.enabled && w.ring_open) {
     w.stopping = true;  // reap() completes ops without waking their tasks
@@ -563,16 +568,7 @@ void uring_driver::shutdown() noexcept {
   for (std::size_t i = 0; i < worker_count_; ++i) {
     worker& w = workers_[i];
     if (w.stopped) continue;
-    io_op* list = nullptr;
-    {
-      std::lock_guard lock(w.remote_mutex);
-      w.remote_closed = true;
-      list = w.remote_head;
-      w.remote_head = w.remote_tail = nullptr;
-      w.remote_pending.store(false, std::memory_order_relaxed);
-      w.clear_cancels();
-    }
-    cancel_unsubmitted(list);
+    close_remote(w);
     if (w.ring_open) {
       io_uring_queue_exit(&w.ring);
       w.ring_open = false;

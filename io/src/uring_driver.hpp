@@ -104,6 +104,7 @@ class uring_driver final : public io_driver {
   std::size_t reap(worker& w) noexcept;
   void flush(worker& w) noexcept;
   void cancel_all(worker& w) noexcept;
+  void close_remote(worker& w) noexcept;
 
   spindle::detail::scheduler* sched_;
   std::size_t worker_count_;
