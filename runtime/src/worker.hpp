@@ -28,9 +28,16 @@ struct worker {
   static constexpr std::uint32_t max_lifo_polls_per_tick = 3;
   static constexpr std::uint32_t batch_capacity = 32;
   static constexpr std::uint32_t wake_on_hoard_threshold = 32;
+  // Global-check interval before the first tick has been measured:
+  // 1 ms / 50 us assumed per poll.
+  static constexpr std::uint32_t initial_global_interval = 20;
 
   worker(scheduler* s, std::size_t i, std::uint64_t seed) noexcept
-      : sched(s), index(i), rng(seed) {}
+      : sched(s), index(i), rng(seed) {
+    // The stats report the interval in use from the start, not 0 until the
+    // first tick ends (a snapshot can see polls before their tick's end).
+    counters.global_check_interval.store(global_interval, std::memory_order_relaxed);
+  }
 
   scheduler* sched;
   std::size_t index;
@@ -47,8 +54,8 @@ struct worker {
 
   std::uint32_t lifo_polls_this_tick = 0;
   std::uint32_t polls_since_global = 0;
-  std::uint32_t global_interval = 20;
-  double avg_task_ns = 50'000.0;
+  std::uint32_t global_interval = initial_global_interval;
+  double avg_task_ns = 1'000'000.0 / initial_global_interval;
   std::uint32_t hoard = 0;
   xorshift64 rng;
 

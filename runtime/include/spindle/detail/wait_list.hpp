@@ -1,0 +1,128 @@
+// Intrusive wait lists: the waiter side shared by spindle's synchronization
+// primitives, channels and timers.
+//
+// Shape: a wait_node lives inside the awaiter (so in the waiting coroutine's
+// frame) or on the stack of a thread blocked outside the runtime; no wait
+// allocates. A primitive keeps its waiters in a wait_list (doubly linked,
+// FIFO) guarded by the primitive's own lock, and wakes one by unlinking it
+// and calling notify().
+//
+// The protocol every awaiter follows (see detail::set_cancel_hook):
+//   await_suspend: self = suspend_current(h); lock; if the resource is free,
+//     take it and return false (no suspension; clear the hook with
+//     set_cancel_hook(self, nullptr, nullptr)); else node.task = self, link
+//     the node, set_cancel_hook(self, hook, this), unlock, return true.
+//   waker (any thread): lock; node = list.pop_front(); hand it the resource
+//     (a flag or value stored in the awaiter); unlock; node->notify()
+//     (reads node->task first: the frame may be destroyed once woken).
+//   hook (the task was aborted while suspended): lock; if the node is still
+//     linked, unlink it and return true (the frame is destroyed at once);
+//     else return false: a wake is on its way and the frame is destroyed at
+//     that wake instead of resumed, so the awaiter's destructor must give
+//     back whatever was handed to it (a lock, a permit, a value).
+//
+// Thread waiters (blocking_send and friends): node.task is null and the
+// blocked thread waits on node.thread_word. notify() stores 1 and wakes the
+// futex. The notifier must not touch the node after notify(); the blocked
+// thread must not let the node die before it has seen thread_word == 1.
+//
+// Thread-safety: a wait_list is not synchronized; its owner's lock guards it
+// and every node's links and `linked` flag.
+// Design source: the intrusive waiter lists of Tokio's sync module
+// (batch_semaphore, Notify) and cppcoro's awaiter-as-node primitives.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "spindle/detail/task_header.hpp"
+
+namespace spindle::detail {
+
+struct wait_node {
+  wait_node* prev = nullptr;
+  wait_node* next = nullptr;
+  /// The waiting task, or nullptr for a thread blocked outside the runtime.
+  task_header* task = nullptr;
+  /// Thread waiters: 0 while waiting, 1 once notified (futex word).
+  std::atomic<std::uint32_t> thread_word{0};
+  /// In a list. Guarded by the owning primitive's lock.
+  bool linked = false;
+
+  /// Wakes the waiter. Call after unlinking, outside or inside the lock;
+  /// the node may be destroyed as soon as this returns (or before, for a
+  /// thread waiter), so nothing of it is read afterwards.
+  void notify() noexcept {
+    if (task_header* t = task) {
+      wake(t);
+      return;
+    }
+    thread_word.store(1, std::memory_order_release);
+    thread_word.notify_one();
+  }
+
+  /// Thread waiters: blocks until notify() has been called.
+  void wait_as_thread() noexcept {
+    while (thread_word.load(std::memory_order_acquire) == 0) thread_word.wait(0);
+  }
+};
+
+/// FIFO list of wait nodes. Not thread-safe: guarded by its owner's lock.
+class wait_list {
+ public:
+  [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
+  [[nodiscard]] wait_node* front() const noexcept { return head_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+  void push_back(wait_node* n) noexcept {
+    n->next = nullptr;
+    n->prev = tail_;
+    if (tail_ != nullptr) {
+      tail_->next = n;
+    } else {
+      head_ = n;
+    }
+    tail_ = n;
+    n->linked = true;
+    ++size_;
+  }
+
+  /// Unlinks and returns the first node, or nullptr.
+  wait_node* pop_front() noexcept {
+    wait_node* n = head_;
+    if (n != nullptr) remove(n);
+    return n;
+  }
+
+  /// Unlinks `n` if it is linked here. Returns whether it was.
+  bool remove(wait_node* n) noexcept {
+    if (!n->linked) return false;
+    if (n->prev != nullptr) {
+      n->prev->next = n->next;
+    } else {
+      head_ = n->next;
+    }
+    if (n->next != nullptr) {
+      n->next->prev = n->prev;
+    } else {
+      tail_ = n->prev;
+    }
+    n->prev = n->next = nullptr;
+    n->linked = false;
+    --size_;
+    return true;
+  }
+
+  /// Moves every node of this list to the end of `other`, in order.
+  void splice_into(wait_list& other) noexcept {
+    while (wait_node* n = pop_front()) other.push_back(n);
+  }
+
+ private:
+  wait_node* head_ = nullptr;
+  wait_node* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace spindle::detail
