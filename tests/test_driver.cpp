@@ -232,6 +232,26 @@ TEST_F(UringDriver, UnusedDriverReleasesEverything) {
   EXPECT_EQ(open_fd_count(), before);
 }
 
+TEST_F(UringDriver, ParkReturnsAtItsDeadline) {
+  auto drv = make(1);
+  std::thread worker([&] {
+    drv->on_worker_start(0);
+    auto now_ns = [] {
+      return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now().time_since_epoch())
+                                            .count());
+    };
+    auto start = std::chrono::steady_clock::now();
+    drv->park(0, now_ns() + 20'000'000);  // nothing completes, nobody unparks
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(20));
+    drv->park(0, now_ns() - 1);  // a passed deadline returns at once
+    drv->poll(0);
+    drv->on_worker_stop(0);
+  });
+  worker.join();
+  drv->shutdown();
+}
+
 TEST_F(UringDriver, ParkReturnsOnUnpark) {
   auto drv = make(1);
   std::atomic<int> phase{0};
@@ -240,11 +260,11 @@ TEST_F(UringDriver, ParkReturnsOnUnpark) {
     EXPECT_FALSE(drv->park_in_driver(0));
     EXPECT_EQ(drv->poll(0), 0u);
     phase = 1;
-    drv->park(0);  // until the unpark below
+    drv->park(0, spindle::detail::no_deadline);  // until the unpark below
     phase = 2;
     drv->poll(0);  // re-arms the eventfd read
     drv->unpark(0);
-    drv->park(0);  // an unpark that came first ends this park at once
+    drv->park(0, spindle::detail::no_deadline);  // an unpark that came first ends it at once
     drv->poll(0);
     phase = 3;
     drv->on_worker_stop(0);

@@ -27,10 +27,11 @@ class fake_driver final : public spindle::detail::driver {
   void on_worker_start(std::size_t) override {}
   std::size_t poll(std::size_t) noexcept override { return 0; }
   bool park_in_driver(std::size_t) const noexcept override { return true; }
-  void park(std::size_t index) noexcept override {
+  void park(std::size_t index, std::uint64_t deadline_ns) noexcept override {
     std::unique_lock lock(mutex_);
     ++park_calls;
     last_park_index = index;
+    last_deadline = deadline_ns;
     in_park = true;
     cv_.notify_all();
     cv_.wait(lock, [&] { return tokens_ > 0; });
@@ -52,6 +53,7 @@ class fake_driver final : public spindle::detail::driver {
   }
   void on_worker_stop(std::size_t) noexcept override {}
   void shutdown() noexcept override {}
+  std::uint64_t last_deadline = 0;
 
   bool wait_in_park(std::chrono::milliseconds limit = 10s) {
     std::unique_lock lock(mutex_);
@@ -244,6 +246,45 @@ TEST(ParkWord, PingPongLosesNoWakeUp) {
   EXPECT_FALSE(hung) << "lost wake-up after " << progress.load() << " rounds";
   EXPECT_EQ(errors.load(), 0) << "park returned before its partner's unpark";
   EXPECT_EQ(drv.unparks(), 0);
+}
+
+std::uint64_t steady_now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+TEST(ParkWord, ParkWithADeadlineReturnsWhenItPasses) {
+  park_word w;
+  auto start = std::chrono::steady_clock::now();
+  w.park(steady_now_ns() + 20'000'000);  // 20 ms, nobody unparks
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
+  // A deadline in the past returns at once.
+  w.park(steady_now_ns() - 1);
+}
+
+TEST(ParkWord, UnparkEndsAParkWithADeadlineEarly) {
+  park_word w;
+  fake_driver drv;
+  std::thread t([&] {
+    std::this_thread::sleep_for(5ms);
+    w.unpark(drv, 0);
+  });
+  auto start = std::chrono::steady_clock::now();
+  w.park(steady_now_ns() + 60'000'000'000);  // 60 s
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  t.join();
+}
+
+TEST(ParkWord, ParkInDriverPassesTheDeadline) {
+  park_word w;
+  fake_driver drv;
+  drv.complete_one();
+  w.park_in_driver(drv, 2, 12345);
+  EXPECT_EQ(drv.last_deadline, 12345u);
+  drv.complete_one();
+  w.park_in_driver(drv, 2);
+  EXPECT_EQ(drv.last_deadline, spindle::detail::no_deadline);
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ std::size_t threadpool_driver::poll(std::size_t) noexcept {
 bool threadpool_driver::park_in_driver(std::size_t) const noexcept {
   return false;
 }
-void threadpool_driver::park(std::size_t) noexcept {}
+void threadpool_driver::park(std::size_t, std::uint64_t) noexcept {}
 void threadpool_driver::unpark(std::size_t) noexcept {}
 
 bool threadpool_driver::submit(io_op& op) noexcept {

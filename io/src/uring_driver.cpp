@@ -472,7 +472,7 @@ bool uring_driver::park_in_driver(std::size_t index) const noexcept {
          w.remote_pending.load(std::memory_order_relaxed);
 }
 
-void uring_driver::park(std::size_t index) noexcept {
+void uring_driver::park(std::size_t index, std::uint64_t deadline_ns) noexcept {
   worker& w = workers_[index];
   if (!w.enabled || w.stopped) return;
   drain_remote(w);
@@ -481,9 +481,25 @@ void uring_driver::park(std::size_t index) noexcept {
     flush(w);
     return;  // completions are waiting: poll() reaps them
   }
-  // Blocks until a completion (an op's, or the eventfd read's after unpark).
-  // Errors (EINTR, EBUSY) just end the park early; poll() follows.
-  io_uring_submit_and_wait(&w.ring, 1);
+  // Blocks until a completion (an op's, or the eventfd read's after unpark),
+  // or the deadline. Errors (EINTR, EBUSY, ETIME) just end the park; poll()
+  // follows.
+  if (deadline_ns == spindle::detail::no_deadline) {
+    io_uring_submit_and_wait(&w.ring, 1);
+    return;
+  }
+  auto now = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now().time_since_epoch())
+                                            .count());
+  if (deadline_ns <= now) {
+    flush(w);
+    return;
+  }
+  std::uint64_t left = deadline_ns - now;
+  __kernel_timespec ts{static_cast<long long>(left / 1'000'000'000),
+                       static_cast<long long>(left % 1'000'000'000)};
+  io_uring_cqe* cqe = nullptr;
+  io_uring_submit_and_wait_timeout(&w.ring, &cqe, 1, &ts, nullptr);
 }
 
 void uring_driver::unpark(std::size_t index) noexcept {

@@ -81,7 +81,7 @@ class uring_driver final : public io_driver {
   void on_worker_start(std::size_t index) override;
   std::size_t poll(std::size_t index) noexcept override;
   [[nodiscard]] bool park_in_driver(std::size_t index) const noexcept override;
-  void park(std::size_t index) noexcept override;
+  void park(std::size_t index, std::uint64_t deadline_ns) noexcept override;
   void unpark(std::size_t index) noexcept override;
   void on_worker_stop(std::size_t index) noexcept override;
   void shutdown() noexcept override;

@@ -5,15 +5,28 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 
 #include "spindle/detail/driver.hpp"
 
 namespace spindle::detail {
 namespace {
 
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
-            nullptr, nullptr, 0);
+// Waits while *word == expected, until `deadline_ns` (CLOCK_MONOTONIC, the
+// clock of std::chrono::steady_clock). Returns false once the deadline passed.
+bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::uint64_t deadline_ns) noexcept {
+  if (deadline_ns == no_deadline) {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+              nullptr, nullptr, 0);
+    return true;
+  }
+  // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time.
+  timespec ts{static_cast<time_t>(deadline_ns / 1'000'000'000),
+              static_cast<long>(deadline_ns % 1'000'000'000)};
+  long r = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_BITSET_PRIVATE,
+                     expected, &ts, nullptr, FUTEX_BITSET_MATCH_ANY);
+  return !(r != 0 && errno == ETIMEDOUT);
 }
 
 void futex_wake_one(std::atomic<std::uint32_t>* word) noexcept {
@@ -23,19 +36,20 @@ void futex_wake_one(std::atomic<std::uint32_t>* word) noexcept {
 
 }  // namespace
 
-void park_word::park() noexcept {
+void park_word::park(std::uint64_t deadline_ns) noexcept {
   std::uint32_t expected = unparked;
   if (state_.compare_exchange_strong(expected, parked, std::memory_order_acq_rel)) {
-    while (state_.load(std::memory_order_acquire) == parked)
-      futex_wait(&state_, parked);
+    while (state_.load(std::memory_order_acquire) == parked) {
+      if (!futex_wait(&state_, parked, deadline_ns)) break;
+    }
   }
   state_.store(unparked, std::memory_order_release);
 }
 
-void park_word::park_in_driver(driver& drv, std::size_t index) noexcept {
+void park_word::park_in_driver(driver& drv, std::size_t index, std::uint64_t deadline_ns) noexcept {
   std::uint32_t expected = unparked;
   if (state_.compare_exchange_strong(expected, parked_in_driver, std::memory_order_acq_rel)) {
-    drv.park(index);  // returns on a completion or on drv.unpark(index)
+    drv.park(index, deadline_ns);  // returns on a completion, drv.unpark(index) or the deadline
   }
   state_.store(unparked, std::memory_order_release);
 }

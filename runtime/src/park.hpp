@@ -5,15 +5,19 @@
 // through driver::unpark) and NOTIFIED (an unpark arrived; the next park
 // returns at once). unpark() swaps in NOTIFIED and wakes the sleeper the
 // previous state names, so an unpark before, during or after park is never
-// lost. There is no timeout: the idle protocol guarantees the wake-up, and an
-// idle runtime uses no CPU.
+// lost. The only timeout is the worker's next timer deadline (an absolute
+// steady_clock time in ns, CLOCK_MONOTONIC): the idle protocol guarantees
+// every other wake-up, and an idle runtime without timers uses no CPU.
 //
 // Thread-safety: park/park_in_driver: the owning worker only. unpark: any thread.
 // Design source: Volt's ParkState (seed 002), Tokio's park.rs.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+
+#include "spindle/detail/driver.hpp"
 
 namespace spindle::detail {
 
@@ -26,10 +30,13 @@ class park_word {
   static constexpr std::uint32_t parked_in_driver = 2;
   static constexpr std::uint32_t notified = 3;
 
-  /// Sleeps on the futex until unpark() (returns at once if notified).
-  void park() noexcept;
-  /// Sleeps inside `drv` (driver::park(index)) until a completion or unpark().
-  void park_in_driver(driver& drv, std::size_t index) noexcept;
+  /// Sleeps on the futex until unpark() or `deadline_ns` (steady_clock ns;
+  /// no_deadline: none). Returns at once if notified.
+  void park(std::uint64_t deadline_ns = no_deadline) noexcept;
+  /// Sleeps inside `drv` (driver::park) until a completion, unpark() or
+  /// `deadline_ns`.
+  void park_in_driver(driver& drv, std::size_t index,
+                      std::uint64_t deadline_ns = no_deadline) noexcept;
   /// Wakes the worker (now, or makes its next park return at once).
   void unpark(driver& drv, std::size_t index) noexcept;
 

@@ -64,6 +64,7 @@ std::uint64_t now_ns() noexcept {
 
 scheduler::scheduler(runtime_config const& config)
     : config_(config),
+      epoch_(std::chrono::steady_clock::now()),
       idle_(resolve_workers(config.workers)),
       owned_(resolve_workers(config.workers) + 1) {
   config_.workers = resolve_workers(config.workers);
@@ -297,7 +298,9 @@ void scheduler::run_worker(worker* w) {
     // to this worker's LIFO slot and ring).
     std::size_t reaped = driver_->poll(w->index);
     if (reaped != 0) w->counters.io_completions.add(reaped);
-    if (polls == 0 && reaped == 0 && !w->has_local_tasks()) park_worker(w);
+    // Then the timers that came due (their tasks go to this worker's queues).
+    std::size_t fired = fire_timers(w);
+    if (polls == 0 && reaped == 0 && fired == 0 && !w->has_local_tasks()) park_worker(w);
   }
   if (w->is_searching) {
     w->is_searching = false;
@@ -444,6 +447,9 @@ void scheduler::cancel_task(task_header* task, worker* w) noexcept {
 }
 
 void scheduler::abort(task_header* task) noexcept {
+  // During shutdown every task is being destroyed anyway (a frame destructor
+  // may abort a child): nothing may be queued any more.
+  if (shutdown_.load(std::memory_order_acquire)) return;
   std::uint64_t s = task->state.load(std::memory_order_acquire);
   for (;;) {
     if ((s & (sb::complete | sb::cancelled)) != 0) return;
@@ -543,14 +549,18 @@ void scheduler::park_worker(worker* w) noexcept {
   if (was_last_searcher) notify_if_work_pending();
   w->counters.parked.add();
   while (!shutdown_.load(std::memory_order_acquire)) {
+    // Sleep until the next timer of this worker's wheel at the latest; a
+    // timer armed from another thread meanwhile unparks us to re-read it.
+    std::uint64_t deadline = timer_deadline_ns(w);
     if (driver_->park_in_driver(w->index)) {
-      w->park.park_in_driver(*driver_, w->index);
+      w->park.park_in_driver(*driver_, w->index, deadline);
     } else {
-      w->park.park();
+      w->park.park(deadline);
     }
     w->transitioning_to_park.store(false, std::memory_order_relaxed);
     std::size_t reaped = driver_->poll(w->index);
     if (reaped != 0) w->counters.io_completions.add(reaped);
+    fire_timers(w);
     if (transition_from_parked(w)) break;
     w->transitioning_to_park.store(true, std::memory_order_seq_cst);
   }
@@ -654,6 +664,7 @@ runtime_stats scheduler::stats() const {
     out.total_parked += s.parked;
     out.lifo_hits += s.lifo_hits;
     out.global_batch_fetches += s.global_batch_fetches;
+    out.timers_fired += s.timers_fired;
     out.workers.push_back(s);
   }
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -75,7 +76,18 @@ class scheduler {
   void report_detached_exception(task_header* task) noexcept;
   void abort(task_header* task) noexcept;
 
+  // Timers (timer.cpp).
+  /// Arms `e` on the calling worker's wheel (round-robin from other threads).
+  /// Returns false when the deadline has passed already.
+  bool arm_timer(timer_entry& e, std::chrono::steady_clock::time_point deadline) noexcept;
+
  private:
+  /// Fires the due timers of `w`'s wheel (owner thread). Returns how many woke a task.
+  std::size_t fire_timers(worker* w) noexcept;
+  /// When `w` must wake for its next timer: steady_clock ns, or no_deadline.
+  [[nodiscard]] std::uint64_t timer_deadline_ns(worker* w) const noexcept;
+  [[nodiscard]] std::uint64_t now_tick() const noexcept;
+
   void run_worker(worker* w);
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
   void push_remote(task_header* task) noexcept;
@@ -97,6 +109,9 @@ class scheduler {
   void observe_termination() noexcept;
 
   runtime_config config_;
+  /// Tick 0 of every timer wheel (ticks are whole ms after it).
+  std::chrono::steady_clock::time_point epoch_;
+  std::atomic<std::size_t> timer_round_robin_{0};
   std::vector<std::unique_ptr<worker>> workers_;
   global_queue inject_;
   idle_state idle_;

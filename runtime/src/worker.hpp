@@ -3,9 +3,10 @@
 // Shape: LIFO slot (one task, owner only), run queue (256-slot ring,
 // stealable), global batch buffer (32 tasks taken from the global queue,
 // owner only), park word, searching flag, transitioning-to-park guard, EWMA
-// state of the global-check interval, the hoard counter and the steal RNG.
-// Thread-safety: everything but `queue`, `park`, `transitioning_to_park` and
-// `counters` is touched only by the worker's own thread.
+// state of the global-check interval, the hoard counter, the steal RNG and
+// the worker's timer wheel.
+// Thread-safety: everything but `queue`, `park`, `transitioning_to_park`,
+// `timers` (its own lock) and `counters` is touched only by the worker's own thread.
 // Design source: Volt's per-worker resources (seed 002), Tokio's worker.rs.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include "park.hpp"
 #include "rng.hpp"
 #include "run_queue.hpp"
+#include "timer_shard.hpp"
 #include "worker_stats.hpp"
 
 namespace spindle::detail {
@@ -59,6 +61,7 @@ struct worker {
   std::uint32_t hoard = 0;
   xorshift64 rng;
 
+  timer_shard timers;
   worker_counters counters;
   std::thread thread;
 

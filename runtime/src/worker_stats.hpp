@@ -20,7 +20,7 @@ struct counter {
 
 struct worker_counters {
   counter spawned, polled, stolen, steal_operations, parked, lifo_hits, global_batch_fetches,
-      overflows, io_completions;
+      overflows, io_completions, timers_fired;
   std::atomic<std::uint32_t> global_check_interval{0};
 
   [[nodiscard]] worker_stats snapshot() const noexcept {
@@ -34,6 +34,7 @@ struct worker_counters {
     s.global_batch_fetches = global_batch_fetches.get();
     s.overflows = overflows.get();
     s.io_completions = io_completions.get();
+    s.timers_fired = timers_fired.get();
     s.global_check_interval = global_check_interval.load(std::memory_order_relaxed);
     return s;
   }

@@ -13,3 +13,4 @@
 #include "spindle/runtime.hpp"
 #include "spindle/stats.hpp"
 #include "spindle/task.hpp"
+#include "spindle/time.hpp"

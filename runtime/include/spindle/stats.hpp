@@ -25,6 +25,7 @@ struct worker_stats {
   std::uint64_t global_batch_fetches = 0;  ///< batches taken from the global queue
   std::uint64_t overflows = 0;             ///< ring overflows (128 tasks moved to the global queue)
   std::uint64_t io_completions = 0;        ///< I/O completions reaped
+  std::uint64_t timers_fired = 0;          ///< timers of this worker's wheel that fired
   std::uint32_t global_check_interval = 0;  ///< current EWMA-derived interval (polls)
 };
 
@@ -38,6 +39,7 @@ struct runtime_stats {
   std::uint64_t global_batch_fetches = 0;
   std::uint64_t detached_exceptions = 0;  ///< exceptions ended with by detached tasks
   std::uint64_t tasks_alive = 0;          ///< spawned tasks not yet complete
+  std::uint64_t timers_fired = 0;         ///< timers fired (sleeps and timeouts that elapsed)
   std::vector<worker_stats> workers;
 };
 

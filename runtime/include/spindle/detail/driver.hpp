@@ -29,6 +29,9 @@ namespace spindle::detail {
 
 class scheduler;
 
+/// A park without a deadline.
+inline constexpr std::uint64_t no_deadline = std::numeric_limits<std::uint64_t>::max();
+
 class driver {
  public:
   virtual ~driver() = default;
@@ -42,8 +45,10 @@ class driver {
   /// True when worker `index` has operations whose completions only it
   /// reaps: it must then park inside the driver.
   [[nodiscard]] virtual bool park_in_driver(std::size_t index) const noexcept = 0;
-  /// Blocks until a completion for worker `index` arrives or unpark(index).
-  virtual void park(std::size_t index) noexcept = 0;
+  /// Blocks until a completion for worker `index` arrives, unpark(index), or
+  /// `deadline_ns` (std::chrono::steady_clock time in ns; no_deadline: none)
+  /// passes.
+  virtual void park(std::size_t index, std::uint64_t deadline_ns) noexcept = 0;
   /// Wakes worker `index` out of park() (now or its next one). Any thread.
   virtual void unpark(std::size_t index) noexcept = 0;
   /// Worker `index` stops: cancels its in-flight operations and reaps their
