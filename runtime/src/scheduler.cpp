@@ -65,16 +65,11 @@ std::uint64_t now_ns() noexcept {
 scheduler::scheduler(runtime_config const& config)
     : config_(config),
       epoch_(std::chrono::steady_clock::now()),
-      idle_(resolve_workers(config.workers)),
+      core_(*this, resolve_workers(config.workers), config.budget, config.seed),
       owned_(resolve_workers(config.workers) + 1) {
   config_.workers = resolve_workers(config.workers);
-  if (config_.budget == 0) config_.budget = 1;
+  config_.budget = core_.budget();
   std::size_t n = config_.workers;
-  workers_.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    workers_.push_back(
-        std::make_unique<worker>(this, i, config_.seed + 0x9e3779b97f4a7c15ULL * (i + 1)));
-  }
   driver_ = make_driver(*this, config_, n);
 
   std::latch started(static_cast<std::ptrdiff_t>(n));
@@ -83,7 +78,7 @@ scheduler::scheduler(runtime_config const& config)
   std::exception_ptr launch_error;
   try {
     for (; launched < n; ++launched) {
-      worker* w = workers_[launched].get();
+      worker* w = core_.workers[launched].get();
       w->thread = std::thread([this, w, &started, &errors] {
         try {
           driver_->on_worker_start(w->index);
@@ -108,9 +103,9 @@ scheduler::scheduler(runtime_config const& config)
   if (first != nullptr) {
     shutdown_.store(true, std::memory_order_release);
     for (std::size_t i = 0; i < launched; ++i)
-      workers_[i]->park.unpark(*driver_, i);
+      core_.workers[i]->park.unpark(*driver_, i);
     for (std::size_t i = 0; i < launched; ++i)
-      workers_[i]->thread.join();
+      core_.workers[i]->thread.join();
     driver_->shutdown();
     if (launch_error != nullptr) {
       throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
@@ -123,9 +118,9 @@ scheduler::scheduler(runtime_config const& config)
 scheduler::~scheduler() {
   if (lifecycle_.close()) observe_termination();
   shutdown_.store(true, std::memory_order_seq_cst);
-  for (auto& w : workers_)
+  for (auto& w : core_.workers)
     w->park.unpark(*driver_, w->index);
-  for (auto& w : workers_) {
+  for (auto& w : core_.workers) {
     if (w->thread.joinable()) w->thread.join();
   }
   // Every worker cancelled and reaped its I/O; the driver now waits for any
@@ -180,13 +175,13 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     return task;
   }
   task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
-  owned_.insert(task, w != nullptr ? w->index : workers_.size());
+  owned_.insert(task, w != nullptr ? w->index : core_.workers.size());
   if (w != nullptr) {
     w->counters.spawned.add();
-    schedule_local(w, task, false);
+    core_.schedule_local(w, task, false);
   } else {
     remote_spawned_.fetch_add(1, std::memory_order_relaxed);
-    push_remote(task);
+    core_.push_remote(task);
   }
   return task;
 }
@@ -194,57 +189,10 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
 void scheduler::schedule(task_header* task) noexcept {
   thread_context& ctx = this_thread_context();
   if (ctx.self != nullptr && ctx.sched == this) {
-    schedule_local(ctx.self, task, false);
+    core_.schedule_local(ctx.self, task, false);
   } else {
-    push_remote(task);
+    core_.push_remote(task);
   }
-}
-
-void scheduler::schedule_local(worker* w, task_header* task, bool is_yield) noexcept {
-  if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
-    // The worker is on its way to sleep: a task in its LIFO slot could be
-    // stranded, so it goes to the global queue, which wakes someone.
-    push_remote(task);
-    return;
-  }
-  task_header* to_ring = task;
-  if (!is_yield) {
-    to_ring = std::exchange(w->lifo_slot, task);
-    if (to_ring == nullptr) {
-      // Wake-on-hoard (seed 000): a worker that keeps scheduling locally
-      // wakes a sibling now and then even when nothing reached its ring.
-      if (++w->hoard >= worker::wake_on_hoard_threshold) {
-        w->hoard = 0;
-        notify_parked();
-      }
-      return;
-    }
-  }
-  if (w->queue.push_back(to_ring, inject_)) w->counters.overflows.add();
-  w->hoard = 0;
-  notify_parked();
-}
-
-void scheduler::push_remote(task_header* task) noexcept {
-  inject_.push(task);
-  if (notify_parked()) return;
-  // Nobody to wake: if every worker is busy, a block_on thread that sleeps
-  // may have to run this task (it may be the very task it waits for).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (block_on_sleepers_.load(std::memory_order_relaxed) != 0 && every_worker_busy()) {
-    kick_block_on_sleeper();
-  }
-}
-
-bool scheduler::notify_parked() noexcept {
-  std::size_t index = idle_.worker_to_notify();
-  if (index == not_a_worker) return false;
-  workers_[index]->park.unpark(*driver_, index);
-  return true;
-}
-
-bool scheduler::every_worker_busy() const noexcept {
-  return idle_.num_searching() == 0 && idle_.num_unparked() == workers_.size();
 }
 
 void scheduler::kick_block_on_sleeper() noexcept {
@@ -258,18 +206,21 @@ void scheduler::kick_block_on_sleeper() noexcept {
   }
 }
 
-void scheduler::notify_if_work_pending() noexcept {
-  for (auto& w : workers_) {
-    if (!w->queue.is_empty()) {
-      notify_parked();
-      return;
-    }
-  }
-  if (!inject_.is_empty()) notify_parked();
+void scheduler::unpark(std::size_t index) noexcept {
+  core_.workers[index]->park.unpark(*driver_, index);
 }
 
-void scheduler::unpark(std::size_t index) noexcept {
-  workers_[index]->park.unpark(*driver_, index);
+void scheduler::unpark_worker(std::size_t index) noexcept {
+  unpark(index);
+}
+
+void scheduler::remote_push_unnoticed() noexcept {
+  // Nobody to wake: if every worker is busy, a block_on thread that sleeps
+  // may have to run this task (it may be the very task it waits for).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (block_on_sleepers_.load(std::memory_order_relaxed) != 0 && core_.every_worker_busy()) {
+    kick_block_on_sleeper();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -285,15 +236,14 @@ void scheduler::run_worker(worker* w) {
     std::uint64_t start = now_ns();
     std::uint32_t polls = 0;
     while (polls < config_.budget) {
-      task_header* task = next_task(w);
+      task_header* task = core_.next_task(w);
       if (task == nullptr) break;
-      transition_from_searching(w);
+      core_.transition_from_searching(w);
       run_task(w, task);
       ++polls;
       if (shutdown_.load(std::memory_order_relaxed)) break;
     }
-    if (polls != 0) end_tick(w, polls, now_ns() - start);
-    w->lifo_polls_this_tick = 0;
+    core_.end_tick(w, polls, polls != 0 ? now_ns() - start : 0);
     // Tick end: submit this tick's I/O and reap completions (their tasks go
     // to this worker's LIFO slot and ring).
     std::size_t reaped = driver_->poll(w->index);
@@ -304,95 +254,10 @@ void scheduler::run_worker(worker* w) {
   }
   if (w->is_searching) {
     w->is_searching = false;
-    idle_.transition_worker_from_searching();
+    core_.idle.transition_worker_from_searching();
   }
   driver_->on_worker_stop(w->index);
   ctx = thread_context{};
-}
-
-void scheduler::end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept {
-  // EWMA of the time per poll; the global queue is checked every
-  // clamp(1 ms / avg, 8, 255) polls (Volt's adaptive interval).
-  double per_poll = static_cast<double>(elapsed_ns) / polls;
-  w->avg_task_ns = 0.1 * per_poll + 0.9 * w->avg_task_ns;
-  double interval = 1'000'000.0 / std::max(w->avg_task_ns, 1.0);
-  w->global_interval = static_cast<std::uint32_t>(std::clamp(interval, 8.0, 255.0));
-  w->counters.global_check_interval.store(w->global_interval, std::memory_order_relaxed);
-}
-
-task_header* scheduler::next_task(worker* w) noexcept {
-  // 1. Global batch buffer.
-  if (w->batch_head != w->batch_len) return w->batch[w->batch_head++];
-  // Global queue on the EWMA interval, so it is not starved by local work.
-  if (++w->polls_since_global >= w->global_interval) {
-    w->polls_since_global = 0;
-    if (task_header* task = fetch_global(w)) return task;
-  }
-  // 2-3. LIFO slot (capped per tick), ring.
-  if (task_header* task = next_local(w)) return task;
-  // 4. Global queue.
-  if (task_header* task = fetch_global(w)) return task;
-  // 5. Steal half from a random victim, as one of at most half the workers.
-  if (!w->is_searching) {
-    if (!idle_.transition_worker_to_searching()) return nullptr;
-    w->is_searching = true;
-  }
-  if (task_header* task = steal_work(w)) return task;
-  // 6. Global queue once more before parking.
-  return fetch_global(w);
-}
-
-task_header* scheduler::next_local(worker* w) noexcept {
-  if (w->lifo_slot != nullptr) {
-    if (w->lifo_polls_this_tick < worker::max_lifo_polls_per_tick) {
-      ++w->lifo_polls_this_tick;
-      w->counters.lifo_hits.add();
-      return std::exchange(w->lifo_slot, nullptr);
-    }
-    // Cap reached: flush the slot to the ring, where stealers can see it.
-    if (w->queue.push_back(std::exchange(w->lifo_slot, nullptr), inject_)) {
-      w->counters.overflows.add();
-    }
-    notify_parked();
-  }
-  return w->queue.pop();
-}
-
-task_header* scheduler::fetch_global(worker* w) noexcept {
-  std::size_t len = inject_.len();
-  if (len == 0) return nullptr;
-  std::size_t n = std::clamp<std::size_t>(len / workers_.size(), 4, 64);
-  n = std::min<std::size_t>(n, worker::batch_capacity);
-  std::size_t got = inject_.pop_batch(w->batch.data(), n);
-  if (got == 0) return nullptr;
-  w->counters.global_batch_fetches.add();
-  w->batch_head = 1;
-  w->batch_len = static_cast<std::uint32_t>(got);
-  return w->batch[0];
-}
-
-task_header* scheduler::steal_work(worker* w) noexcept {
-  auto n = static_cast<std::uint32_t>(workers_.size());
-  if (n < 2) return nullptr;
-  std::uint32_t start = w->rng.below(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint32_t victim = (start + i) % n;
-    if (victim == w->index) continue;
-    std::uint32_t stolen = 0;
-    if (task_header* task = workers_[victim]->queue.steal_into(w->queue, &stolen)) {
-      w->counters.stolen.add(stolen);
-      w->counters.steal_operations.add();
-      return task;
-    }
-  }
-  return nullptr;
-}
-
-void scheduler::transition_from_searching(worker* w) noexcept {
-  if (!w->is_searching) return;
-  w->is_searching = false;
-  // The last searcher to find work wakes another: there may be more.
-  if (idle_.transition_worker_from_searching()) notify_parked();
 }
 
 void scheduler::run_task(worker* w, task_header* task) noexcept {
@@ -430,9 +295,9 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
   if ((s & sb::notified) != 0) {
     // Woken while it ran (or yielded): back of the run queue.
     if (w != nullptr) {
-      schedule_local(w, task, true);
+      core_.schedule_local(w, task, true);
     } else {
-      push_remote(task);
+      core_.push_remote(task);
     }
   }
 }
@@ -537,17 +402,7 @@ void scheduler::report_detached_exception(task_header* task) noexcept {
 // Parking
 
 void scheduler::park_worker(worker* w) noexcept {
-  w->transitioning_to_park.store(true, std::memory_order_seq_cst);
-  if (w->has_local_tasks()) {
-    w->transitioning_to_park.store(false, std::memory_order_relaxed);
-    return;
-  }
-  bool was_last_searcher = idle_.transition_worker_to_parked(w->index, w->is_searching);
-  w->is_searching = false;
-  // The last searcher re-checks every queue after registering as parked:
-  // a producer that saw it searching did not wake anyone.
-  if (was_last_searcher) notify_if_work_pending();
-  w->counters.parked.add();
+  if (!core_.begin_park(w)) return;
   while (!shutdown_.load(std::memory_order_acquire)) {
     // Sleep until the next timer of this worker's wheel at the latest; a
     // timer armed from another thread meanwhile unparks us to re-read it.
@@ -561,22 +416,10 @@ void scheduler::park_worker(worker* w) noexcept {
     std::size_t reaped = driver_->poll(w->index);
     if (reaped != 0) w->counters.io_completions.add(reaped);
     fire_timers(w);
-    if (transition_from_parked(w)) break;
+    if (core_.transition_from_parked(w)) break;
     w->transitioning_to_park.store(true, std::memory_order_seq_cst);
   }
-  w->transitioning_to_park.store(false, std::memory_order_relaxed);
-}
-
-bool scheduler::transition_from_parked(worker* w) noexcept {
-  if (w->has_local_tasks()) {
-    // Woken by its own I/O completions: it is searching only if somebody
-    // also claimed it (then it no longer is in the parked set).
-    w->is_searching = !idle_.unpark_worker_by_id(w->index);
-    return true;
-  }
-  if (idle_.is_parked(w->index)) return false;  // not claimed: sleep again
-  w->is_searching = true;                       // claimed by a notifier, which counted us searching
-  return true;
+  core_.end_park(w);
 }
 
 // ---------------------------------------------------------------------------
@@ -620,8 +463,8 @@ void scheduler::block_until_complete(task_header* task) {
         waiter.word.compare_exchange_strong(kicked, 0, std::memory_order_acq_rel);
         continue;
       }
-      if (!inject_.is_empty() && every_worker_busy()) {
-        if (task_header* queued = inject_.pop()) {
+      if (!core_.inject.is_empty() && core_.every_worker_busy()) {
+        if (task_header* queued = core_.inject.pop()) {
           run_task(nullptr, queued);
           continue;
         }
@@ -635,7 +478,7 @@ void scheduler::block_until_complete(task_header* task) {
       }
       block_on_sleepers_.fetch_add(1, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (!(!inject_.is_empty() && every_worker_busy())) futex_wait_u32(&waiter.word, 0);
+      if (!(!core_.inject.is_empty() && core_.every_worker_busy())) futex_wait_u32(&waiter.word, 0);
       block_on_sleepers_.fetch_sub(1, std::memory_order_relaxed);
       std::lock_guard lock(block_on_mutex_);
       for (block_on_waiter** link = &block_on_sleeping_; *link != nullptr;
@@ -655,8 +498,8 @@ void scheduler::block_until_complete(task_header* task) {
 
 runtime_stats scheduler::stats() const {
   runtime_stats out;
-  out.workers.reserve(workers_.size());
-  for (auto const& w : workers_) {
+  out.workers.reserve(core_.workers.size());
+  for (auto const& w : core_.workers) {
     worker_stats s = w->counters.snapshot();
     out.total_spawned += s.spawned;
     out.total_polled += s.polled;

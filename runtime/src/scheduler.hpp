@@ -13,8 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "global_queue.hpp"
-#include "idle_state.hpp"
+#include "core.hpp"
 #include "lifecycle.hpp"
 #include "owned_tasks.hpp"
 #include "spindle/detail/driver.hpp"
@@ -40,7 +39,7 @@ struct block_on_waiter : join_waiter {
   block_on_waiter* next_sleeper = nullptr;
 };
 
-class scheduler {
+class scheduler final : public core_platform {
  public:
   explicit scheduler(runtime_config const& config);
   ~scheduler();
@@ -56,12 +55,12 @@ class scheduler {
   void check_block_on_allowed() const;
 
   [[nodiscard]] runtime_stats stats() const;
-  [[nodiscard]] std::size_t worker_count() const noexcept { return workers_.size(); }
+  [[nodiscard]] std::size_t worker_count() const noexcept { return core_.worker_count(); }
   [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
   [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
   void unpark(std::size_t index) noexcept;
   void count_io(std::size_t index, std::size_t n) noexcept {
-    workers_[index]->counters.io_completions.add(n);
+    core_.workers[index]->counters.io_completions.add(n);
   }
   /// Times termination was observed (tests: exactly once after shutdown).
   [[nodiscard]] std::uint64_t terminations_observed() const noexcept {
@@ -89,32 +88,21 @@ class scheduler {
   [[nodiscard]] std::uint64_t now_tick() const noexcept;
 
   void run_worker(worker* w);
-  void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
-  void push_remote(task_header* task) noexcept;
-  bool notify_parked() noexcept;
-  [[nodiscard]] bool every_worker_busy() const noexcept;
+  // core_platform
+  void unpark_worker(std::size_t index) noexcept override;
+  void remote_push_unnoticed() noexcept override;
   void kick_block_on_sleeper() noexcept;
-  void notify_if_work_pending() noexcept;
-  task_header* next_task(worker* w) noexcept;
-  task_header* next_local(worker* w) noexcept;
-  task_header* fetch_global(worker* w) noexcept;
-  task_header* steal_work(worker* w) noexcept;
   void run_task(worker* w, task_header* task) noexcept;
   void cancel_task(task_header* task, worker* w) noexcept;
   void cancel_owned(task_header* task, worker* w) noexcept;
-  void transition_from_searching(worker* w) noexcept;
   void park_worker(worker* w) noexcept;
-  bool transition_from_parked(worker* w) noexcept;
-  void end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept;
   void observe_termination() noexcept;
 
   runtime_config config_;
   /// Tick 0 of every timer wheel (ticks are whole ms after it).
   std::chrono::steady_clock::time_point epoch_;
   std::atomic<std::size_t> timer_round_robin_{0};
-  std::vector<std::unique_ptr<worker>> workers_;
-  global_queue inject_;
-  idle_state idle_;
+  scheduler_core core_;
   lifecycle lifecycle_;
   owned_tasks owned_;
   std::unique_ptr<driver> driver_;

@@ -34,10 +34,11 @@ bool scheduler::arm_timer(timer_entry& e, steady_clock::time_point deadline) noe
 
   thread_context const& ctx = this_thread_context();
   bool own = ctx.self != nullptr && ctx.sched == this;
-  worker* w =
-      own ? ctx.self
-          : workers_[timer_round_robin_.fetch_add(1, std::memory_order_relaxed) % workers_.size()]
-                .get();
+  worker* w = own ? ctx.self
+                  : core_
+                        .workers[timer_round_robin_.fetch_add(1, std::memory_order_relaxed) %
+                                 core_.workers.size()]
+                        .get();
   timer_shard& shard = w->timers;
   bool earlier = false;
   {

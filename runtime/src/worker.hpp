@@ -24,8 +24,6 @@
 
 namespace spindle::detail {
 
-class scheduler;
-
 struct worker {
   static constexpr std::uint32_t max_lifo_polls_per_tick = 3;
   static constexpr std::uint32_t batch_capacity = 32;
@@ -34,14 +32,12 @@ struct worker {
   // 1 ms / 50 us assumed per poll.
   static constexpr std::uint32_t initial_global_interval = 20;
 
-  worker(scheduler* s, std::size_t i, std::uint64_t seed) noexcept
-      : sched(s), index(i), rng(seed) {
+  worker(std::size_t i, std::uint64_t seed) noexcept : index(i), rng(seed) {
     // The stats report the interval in use from the start, not 0 until the
     // first tick ends (a snapshot can see polls before their tick's end).
     counters.global_check_interval.store(global_interval, std::memory_order_relaxed);
   }
 
-  scheduler* sched;
   std::size_t index;
 
   run_queue queue;

@@ -1,0 +1,184 @@
+// scheduler_core: see core.hpp.
+#include "core.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace spindle::detail {
+
+scheduler_core::scheduler_core(core_platform& platform, std::size_t n, std::uint32_t budget,
+                               std::uint64_t seed)
+    : idle(n), platform_(&platform), budget_(budget == 0 ? 1 : budget) {
+  workers.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    workers.push_back(std::make_unique<worker>(i, seed + 0x9e3779b97f4a7c15ULL * (i + 1)));
+}
+
+void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield) noexcept {
+  if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
+    // The worker is on its way to sleep: a task in its LIFO slot could be
+    // stranded, so it goes to the global queue, which wakes someone.
+    push_remote(task);
+    return;
+  }
+  task_header* to_ring = task;
+  if (!is_yield) {
+    to_ring = std::exchange(w->lifo_slot, task);
+    if (to_ring == nullptr) {
+      // Wake-on-hoard (seed 000): a worker that keeps scheduling locally
+      // wakes a sibling now and then even when nothing reached its ring.
+      if (++w->hoard >= worker::wake_on_hoard_threshold) {
+        w->hoard = 0;
+        notify_parked();
+      }
+      return;
+    }
+  }
+  if (w->queue.push_back(to_ring, inject)) w->counters.overflows.add();
+  w->hoard = 0;
+  notify_parked();
+}
+
+bool scheduler_core::notify_parked() noexcept {
+  std::size_t index = idle.worker_to_notify();
+  if (index == not_a_worker) return false;
+  platform_->unpark_worker(index);
+  return true;
+}
+
+bool scheduler_core::every_worker_busy() const noexcept {
+  return idle.num_searching() == 0 && idle.num_unparked() == workers.size();
+}
+
+void scheduler_core::notify_if_work_pending() noexcept {
+  for (auto& w : workers) {
+    if (!w->queue.is_empty()) {
+      notify_parked();
+      return;
+    }
+  }
+  if (!inject.is_empty()) notify_parked();
+}
+
+void scheduler_core::end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept {
+  w->lifo_polls_this_tick = 0;
+  if (polls == 0) return;
+  // EWMA of the time per poll; the global queue is checked every
+  // clamp(1 ms / avg, 8, 255) polls (Volt's adaptive interval).
+  double per_poll = static_cast<double>(elapsed_ns) / polls;
+  w->avg_task_ns = 0.1 * per_poll + 0.9 * w->avg_task_ns;
+  double interval = 1'000'000.0 / std::max(w->avg_task_ns, 1.0);
+  w->global_interval = static_cast<std::uint32_t>(std::clamp(interval, 8.0, 255.0));
+  w->counters.global_check_interval.store(w->global_interval, std::memory_order_relaxed);
+}
+
+task_header* scheduler_core::next_task(worker* w) noexcept {
+  // 1. Global batch buffer.
+  if (w->batch_head != w->batch_len) return w->batch[w->batch_head++];
+  // Global queue on the EWMA interval, so it is not starved by local work.
+  if (++w->polls_since_global >= w->global_interval) {
+    w->polls_since_global = 0;
+    if (task_header* task = fetch_global(w)) return task;
+  }
+  // 2-3. LIFO slot (capped per tick), ring.
+  if (task_header* task = next_local(w)) return task;
+  // 4. Global queue.
+  if (task_header* task = fetch_global(w)) return task;
+  // 5. Steal half from a random victim, as one of at most half the workers.
+  if (!w->is_searching) {
+    if (!idle.transition_worker_to_searching()) return nullptr;
+    w->is_searching = true;
+  }
+  if (task_header* task = steal_work(w)) return task;
+  // 6. Global queue once more before parking.
+  return fetch_global(w);
+}
+
+task_header* scheduler_core::next_local(worker* w) noexcept {
+  if (w->lifo_slot != nullptr) {
+    if (w->lifo_polls_this_tick < worker::max_lifo_polls_per_tick) {
+      ++w->lifo_polls_this_tick;
+      w->counters.lifo_hits.add();
+      return std::exchange(w->lifo_slot, nullptr);
+    }
+    // Cap reached: flush the slot to the ring, where stealers can see it.
+    if (w->queue.push_back(std::exchange(w->lifo_slot, nullptr), inject)) {
+      w->counters.overflows.add();
+    }
+    notify_parked();
+  }
+  return w->queue.pop();
+}
+
+task_header* scheduler_core::fetch_global(worker* w) noexcept {
+  std::size_t len = inject.len();
+  if (len == 0) return nullptr;
+  std::size_t n = std::clamp<std::size_t>(len / workers.size(), 4, 64);
+  n = std::min<std::size_t>(n, worker::batch_capacity);
+  std::size_t got = inject.pop_batch(w->batch.data(), n);
+  if (got == 0) return nullptr;
+  w->counters.global_batch_fetches.add();
+  w->batch_head = 1;
+  w->batch_len = static_cast<std::uint32_t>(got);
+  return w->batch[0];
+}
+
+task_header* scheduler_core::steal_work(worker* w) noexcept {
+  auto n = static_cast<std::uint32_t>(workers.size());
+  if (n < 2) return nullptr;
+  std::uint32_t start = w->rng.below(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t victim = (start + i) % n;
+    if (victim == w->index) continue;
+    std::uint32_t stolen = 0;
+    if (task_header* task = workers[victim]->queue.steal_into(w->queue, &stolen)) {
+      w->counters.stolen.add(stolen);
+      w->counters.steal_operations.add();
+      return task;
+    }
+  }
+  return nullptr;
+}
+
+void scheduler_core::transition_from_searching(worker* w) noexcept {
+  if (!w->is_searching) return;
+  w->is_searching = false;
+  // The last searcher to find work wakes another: there may be more.
+  if (idle.transition_worker_from_searching()) notify_parked();
+}
+
+bool scheduler_core::transition_from_parked(worker* w) noexcept {
+  if (w->has_local_tasks()) {
+    // Woken by its own I/O completions: it is searching only if somebody
+    // also claimed it (then it no longer is in the parked set).
+    w->is_searching = !idle.unpark_worker_by_id(w->index);
+    return true;
+  }
+  if (idle.is_parked(w->index)) return false;  // not claimed: sleep again
+  w->is_searching = true;                      // claimed by a notifier, which counted us searching
+  return true;
+}
+
+void scheduler_core::push_remote(task_header* task) noexcept {
+  inject.push(task);
+  if (notify_parked()) return;
+  // Nobody to wake: the platform may have other helpers (block_on threads).
+  platform_->remote_push_unnoticed();
+}
+
+bool scheduler_core::begin_park(worker* w) noexcept {
+  w->transitioning_to_park.store(true, std::memory_order_seq_cst);
+  if (w->has_local_tasks()) {
+    w->transitioning_to_park.store(false, std::memory_order_relaxed);
+    return false;
+  }
+  bool was_last_searcher = idle.transition_worker_to_parked(w->index, w->is_searching);
+  w->is_searching = false;
+  // The last searcher re-checks every queue after registering as parked:
+  // a producer that saw it searching did not wake anyone.
+  if (was_last_searcher) notify_if_work_pending();
+  w->counters.parked.add();
+  return true;
+}
+
+}  // namespace spindle::detail

@@ -1,0 +1,112 @@
+// The scheduler's decisions, apart from its threads: where a worker looks
+// for work and in which order, the LIFO cap, the global-check interval, the
+// budget, when to search, when to park and whom to notify.
+//
+// Shape: scheduler_core owns the workers' queues and state, the global
+// (inject) queue and the idle state, and makes every decision through these
+// calls; it never blocks, runs a task or touches a thread. What it needs from
+// the world goes through core_platform: waking a parked worker, and hearing
+// that a remote push found nobody to wake. The production scheduler
+// (scheduler.cpp) drives it from worker threads, parks them on futexes or in
+// the I/O driver and resumes coroutines; the deterministic simulator
+// (tests/test_sim.cpp) drives the same object from one thread with virtual
+// workers and a seeded interleaving, and checks the invariants after every
+// step.
+//
+// A worker's loop, in terms of these calls:
+//   tick: up to `budget` times { t = next_task(w); if (!t) break;
+//           transition_from_searching(w); run t } ; end_tick(w, polls, ns)
+//   no task in a tick: if (begin_park(w)) { sleep until unparked;
+//           until transition_from_parked(w) sleep again }; end_park(w)
+//
+// Thread-safety: next_task, end_tick, begin_park, transition_from_parked,
+// end_park and schedule_local for worker w run on w's thread only (or on
+// the simulator's thread); push_remote and notify_parked from any thread.
+// Design source: Volt's scheduler (seed 002), Tokio's worker.rs; the split
+// for deterministic simulation follows seed 000.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "global_queue.hpp"
+#include "idle_state.hpp"
+#include "worker.hpp"
+
+namespace spindle::detail {
+
+/// What scheduler_core needs from whoever runs it.
+class core_platform {
+ public:
+  /// Wakes worker `index` out of its park (or makes its next park return).
+  virtual void unpark_worker(std::size_t index) noexcept = 0;
+  /// push_remote found no parked worker to claim: every worker is awake or
+  /// a searcher will find the task. Production kicks a block_on thread if
+  /// every worker is busy.
+  virtual void remote_push_unnoticed() noexcept = 0;
+
+ protected:
+  ~core_platform() = default;
+};
+
+class scheduler_core {
+ public:
+  /// `workers` entries are made with `seed`-derived steal RNGs.
+  scheduler_core(core_platform& platform, std::size_t workers, std::uint32_t budget,
+                 std::uint64_t seed);
+
+  [[nodiscard]] std::size_t worker_count() const noexcept { return workers.size(); }
+  [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
+
+  /// Queues a task made runnable by worker `w`'s thread: the LIFO slot
+  /// (the displaced task to the ring), or the back of the ring for a yield.
+  void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
+  /// Queues a task from outside the workers (or a parking worker): the
+  /// global queue, then wakes a parked worker if nobody searches.
+  void push_remote(task_header* task) noexcept;
+  /// Claims and unparks a parked worker when no one searches. True if it did.
+  bool notify_parked() noexcept;
+  /// Notifies a parked worker when any queue holds work.
+  void notify_if_work_pending() noexcept;
+  /// No worker searching and none parked.
+  [[nodiscard]] bool every_worker_busy() const noexcept;
+
+  /// The next task for `w`: batch buffer, the global queue every
+  /// global-check interval, LIFO slot (capped per tick), ring, global queue,
+  /// steal (as a searcher), global queue again. nullptr: nothing found.
+  task_header* next_task(worker* w) noexcept;
+  /// `w` found a task: leaves the searching state (the last searcher to find
+  /// work notifies another worker).
+  void transition_from_searching(worker* w) noexcept;
+  /// End of a tick of `polls` polls that took `elapsed_ns`: updates the
+  /// EWMA global-check interval and resets the LIFO cap.
+  void end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept;
+
+  /// `w` found nothing: registers it as parked (false, registering nothing,
+  /// when it has local tasks after all). After true the caller sleeps until
+  /// transition_from_parked() says it may run, then calls end_park().
+  bool begin_park(worker* w) noexcept;
+  /// After a wake-up: true when `w` may run again (it has local tasks, or a
+  /// notifier claimed it), false when it must sleep again.
+  bool transition_from_parked(worker* w) noexcept;
+  /// Leaves the parking sequence.
+  void end_park(worker* w) noexcept {
+    w->transitioning_to_park.store(false, std::memory_order_relaxed);
+  }
+
+  std::vector<std::unique_ptr<worker>> workers;
+  global_queue inject;
+  idle_state idle;
+
+ private:
+  task_header* next_local(worker* w) noexcept;
+  task_header* fetch_global(worker* w) noexcept;
+  task_header* steal_work(worker* w) noexcept;
+
+  core_platform* platform_;
+  std::uint32_t budget_;
+};
+
+}  // namespace spindle::detail
