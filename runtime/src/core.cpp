@@ -174,9 +174,14 @@ bool scheduler_core::begin_park(worker* w) noexcept {
   }
   bool was_last_searcher = idle.transition_worker_to_parked(w->index, w->is_searching);
   w->is_searching = false;
-  // The last searcher re-checks every queue after registering as parked:
-  // a producer that saw it searching did not wake anyone.
-  if (was_last_searcher) notify_if_work_pending();
+  // The last searcher re-checks every queue after registering as parked: a
+  // producer that saw it searching did not wake anyone. So does any worker
+  // that parks while nobody searches: it may have been refused the search
+  // by a searcher that has since found work and handed the search to
+  // nobody (no worker was parked yet), while work was pushed behind it.
+  // (Found by the deterministic simulation: a stealable task waited on a
+  // busy worker's ring while this worker slept.)
+  if (was_last_searcher || idle.num_searching() == 0) notify_if_work_pending();
   w->counters.parked.add();
   return true;
 }
