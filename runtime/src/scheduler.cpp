@@ -65,7 +65,8 @@ std::uint64_t now_ns() noexcept {
 scheduler::scheduler(runtime_config const& config)
     : config_(config),
       idle_(resolve_workers(config.workers)),
-      owned_(resolve_workers(config.workers) + 1) {
+      owned_(resolve_workers(config.workers) + 1),
+      blocking_(*this, config.max_blocking_threads, config.blocking_keep_alive) {
   config_.workers = resolve_workers(config.workers);
   if (config_.budget == 0) config_.budget = 1;
   std::size_t n = config_.workers;
@@ -127,6 +128,9 @@ scheduler::~scheduler() {
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }
+  // Queued blocking jobs are withdrawn; running ones are waited for (they
+  // write into frames that are destroyed below) and wake nothing.
+  blocking_.shutdown();
   // Every worker cancelled and reaped its I/O; the driver now waits for any
   // operation still running elsewhere (thread pool) before frames go away.
   driver_->shutdown();
@@ -659,6 +663,11 @@ runtime_stats scheduler::stats() const {
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
   out.tasks_alive = lifecycle_.in_flight();
+  blocking_pool_stats const b = blocking_.stats();
+  out.blocking_threads = b.threads;
+  out.blocking_idle_threads = b.idle;
+  out.blocking_queue_depth = b.queue_depth;
+  out.blocking_jobs = b.completed;
   return out;
 }
 
