@@ -244,9 +244,9 @@ TEST(SpawnBlocking, ManyJobsNeverExceedMaxThreadsAndAllFinish) {
   ASSERT_TRUE(wait_until([&] {
     spindle::runtime_stats s = rt.stats();
     return s.blocking_threads == max_threads &&
-           s.blocking_queue_depth == static_cast<std::uint64_t>(n) - max_threads;
+           s.blocking_queue_depth == static_cast<std::uint64_t>(n) - max_threads &&
+           probe.active.load() == static_cast<int>(max_threads);
   })) << "the pool did not grow to its maximum with the rest queued";
-  EXPECT_EQ(probe.active.load(), static_cast<int>(max_threads));
   EXPECT_EQ(rt.stats().blocking_idle_threads, 0u);
   probe.release.open();
   std::uint64_t max_seen = 0;
@@ -321,12 +321,22 @@ TEST(SpawnBlocking, IdleThreadsExitAfterTheKeepAlive) {
   for (int round = 0; round < 2; ++round) {
     // n jobs that wait for each other need n threads at once.
     std::latch all_in(static_cast<std::ptrdiff_t>(n));
+    // The first job to look (before any job finished, so before any thread
+    // could idle) sees all n threads.
+    std::atomic<std::uint64_t> seen{0};
     std::vector<join_handle<void>> hs;
-    for (std::size_t i = 0; i < n; ++i)
-      hs.push_back(rt.spawn_blocking([&all_in] { all_in.arrive_and_wait(); }));
+    for (std::size_t i = 0; i < n; ++i) {
+      hs.push_back(rt.spawn_blocking([&] {
+        all_in.arrive_and_wait();
+        std::uint64_t now = rt.stats().blocking_threads;
+        std::uint64_t prev = seen.load();
+        while (now > prev && !seen.compare_exchange_weak(prev, now)) {
+        }
+      }));
+    }
     for (auto& h : hs)
       wait_and_take(h);
-    EXPECT_GE(rt.stats().blocking_threads, 1u);
+    EXPECT_EQ(seen.load(), n);
     ASSERT_TRUE(wait_until([&] { return rt.stats().blocking_threads == 0; }))
         << "idle pool threads did not exit after the keep-alive";
     EXPECT_EQ(rt.stats().blocking_idle_threads, 0u);
@@ -477,7 +487,7 @@ TEST(SpawnBlocking, AbortOfARunningJobLetsItFinish) {
 TEST(SpawnBlocking, AbortRacingTheJobIsConsistent) {
   spindle::runtime rt{{.workers = 2, .max_blocking_threads = 2}};
   counts captured;
-  int const n = static_cast<int>(spindle_test::scaled(2000, 100));
+  int const n = static_cast<int>(spindle_test::scaled(20000, 1000));
   std::vector<std::atomic<bool>> ran(static_cast<std::size_t>(n));
   std::vector<join_handle<int>> hs;
   hs.reserve(static_cast<std::size_t>(n));
@@ -576,6 +586,51 @@ TEST(SpawnBlocking, RuntimeDestroyedWithJobsQueuedAndRunning) {
     ASSERT_TRUE(h.is_finished());
     EXPECT_THROW(h.take(), spindle::task_cancelled);
   }
+}
+
+task<int> submit_after(spindle_test::test_event* ev, std::atomic<bool>* about_to_submit,
+                       std::atomic<bool>* ran, counts* c) {
+  co_await *ev;
+  // The job's task is awaited inline (not spawned, which the closed runtime
+  // would refuse), so that the submission itself meets the stopped pool.
+  auto inline_job = spindle::detail::make_blocking_task([ran, t = tracked(*c)] {
+    ran->store(true);
+    return 1;
+  });
+  about_to_submit->store(true);
+  co_return co_await inline_job;
+}
+
+TEST(SpawnBlocking, AJobSubmittedDuringShutdownNeverRuns) {
+  counts captured;
+  std::atomic<bool> ran{false};
+  std::atomic<bool> about_to_submit{false};
+  std::atomic<bool> waiter_started{false};
+  spindle_test::test_event ev;
+  join_handle<int> submitter;
+  join_handle<void> waiter;
+  {
+    spindle::runtime rt{{.workers = 1, .max_blocking_threads = 2}};
+    submitter = rt.spawn(submit_after(&ev, &about_to_submit, &ran, &captured));
+    ASSERT_TRUE(wait_until([&] { return ev.has_waiter(); }));
+    // Runs until the destructor has stopped the pool and closed the gate,
+    // then lets the submitter submit while the workers still run.
+    waiter = rt.spawn_blocking([&] {
+      waiter_started.store(true);
+      wait_for_runtime_shutdown();
+      ev.set();
+      while (!about_to_submit.load())
+        std::this_thread::yield();
+    });
+    ASSERT_TRUE(wait_until([&] { return waiter_started.load(); }));
+  }
+  EXPECT_TRUE(about_to_submit.load());
+  EXPECT_FALSE(ran.load()) << "a job submitted during shutdown ran";
+  EXPECT_EQ(captured.alive(), 0) << "its callable leaked";
+  ASSERT_TRUE(submitter.is_finished());
+  EXPECT_THROW(submitter.take(), spindle::task_cancelled);
+  ASSERT_TRUE(waiter.is_finished());
+  EXPECT_THROW(waiter.take(), spindle::task_cancelled);
 }
 
 TEST(SpawnBlocking, ShutdownDoesNotWaitForIdleThreadsKeepAlive) {

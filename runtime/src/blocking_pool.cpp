@@ -60,14 +60,19 @@ bool blocking_pool::cancel(blocking_job& job) noexcept {
   return true;
 }
 
-void blocking_pool::shutdown() noexcept {
-  std::unique_lock lock(mutex_);
+void blocking_pool::stop() noexcept {
+  std::lock_guard lock(mutex_);
   stopping_ = true;
   // Withdrawn: never run, never woken. Their tasks stay suspended and the
   // runtime destroys their frames with the other unfinished tasks.
   while (pop_front_locked() != nullptr) {
   }
   work_cv_.notify_all();
+}
+
+void blocking_pool::shutdown() noexcept {
+  stop();
+  std::unique_lock lock(mutex_);
   exit_cv_.wait(lock, [this] { return threads_.empty(); });
   std::thread last = std::move(exited_);
   lock.unlock();
@@ -201,6 +206,8 @@ blocking_submit submit_blocking(scheduler* sched, blocking_job& job) noexcept {
 }
 
 bool cancel_blocking(blocking_job& job) noexcept {
+  // Never taken (the pool had shut down): nothing will wake the task.
+  if (job.pool == nullptr) return true;
   return job.pool->cancel(job);
 }
 

@@ -16,12 +16,13 @@
 // spindle::spawn_blocking work inside a job (as remote spawns), and so does
 // runtime::block_on.
 //
-// Shutdown (the runtime's destructor, after the workers have stopped): queued
-// jobs are withdrawn (never run; their tasks stay suspended and are destroyed
-// with the other unfinished tasks), idle threads exit at once, and shutdown
-// waits for every running job to return (like Tokio, a job that never returns
-// makes shutdown wait forever). Jobs that finish during shutdown do not wake
-// their tasks. Later submits answer shutting_down.
+// Shutdown (the runtime's destructor): stop() withdraws the queued jobs
+// (never run; their tasks stay suspended and are destroyed with the other
+// unfinished tasks), ends idle threads at once and refuses later submits
+// (shutting_down: the task stays suspended likewise). shutdown() then waits
+// for every running job to return (like Tokio, a job that never returns
+// makes it wait forever) and joins the threads. Jobs that finish after
+// stop() do not wake their tasks.
 //
 // Thread-safety: submit, cancel and stats from any thread; shutdown from the
 // runtime's owner.
@@ -65,8 +66,10 @@ class blocking_pool {
   [[nodiscard]] blocking_submit submit(blocking_job& job) noexcept;
   /// Withdraws `job` if it is still queued. Returns whether it was.
   bool cancel(blocking_job& job) noexcept;
-  /// Withdraws queued jobs, ends idle threads, waits for running jobs and
-  /// joins every thread. Idempotent.
+  /// Stops taking jobs: withdraws the queued ones, ends idle threads; later
+  /// submits answer shutting_down. Does not wait. Idempotent.
+  void stop() noexcept;
+  /// stop(), then waits for running jobs and joins every thread. Idempotent.
   void shutdown() noexcept;
 
   [[nodiscard]] blocking_pool_stats stats() const;

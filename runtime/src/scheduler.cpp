@@ -121,16 +121,19 @@ scheduler::scheduler(runtime_config const& config)
 }
 
 scheduler::~scheduler() {
+  // Blocking jobs: the queued ones are dropped before the gate closes (a job
+  // that sees spawns refused knows that nothing queued behind it will run),
+  // the running ones are waited for while the workers still run the tasks
+  // they may wait for. Tasks suspended on them are destroyed below.
+  blocking_.stop();
   if (lifecycle_.close()) observe_termination();
+  blocking_.shutdown();
   shutdown_.store(true, std::memory_order_seq_cst);
   for (auto& w : workers_)
     w->park.unpark(*driver_, w->index);
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }
-  // Queued blocking jobs are withdrawn; running ones are waited for (they
-  // write into frames that are destroyed below) and wake nothing.
-  blocking_.shutdown();
   // Every worker cancelled and reaped its I/O; the driver now waits for any
   // operation still running elsewhere (thread pool) before frames go away.
   driver_->shutdown();

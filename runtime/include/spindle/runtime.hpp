@@ -33,10 +33,13 @@
 // wait in a FIFO queue. The returned join_handle<R> yields fn's result or
 // rethrows its exception. abort() withdraws a job that has not started (fn
 // never runs); a job already running cannot be interrupted: it runs to the
-// end, and the handle reports task_cancelled. At runtime shutdown queued
-// jobs are dropped unrun and the destructor waits for running jobs to return
-// (like Tokio: a job that never returns keeps the destructor waiting); their
-// handles report task_cancelled. Inside a job, spindle::spawn,
+// end, and the handle reports task_cancelled. The callable is destroyed on
+// the pool thread as soon as it returns. At runtime shutdown queued jobs
+// are dropped unrun and the destructor waits for running jobs to return
+// (like Tokio: a job that never returns keeps the destructor waiting; the
+// workers keep running tasks meanwhile, with new spawns refused, so a job
+// that waits for a task can finish); their handles report task_cancelled,
+// as do jobs submitted once the shutdown began. Inside a job, spindle::spawn,
 // spindle::spawn_blocking and runtime::block_on may be used; the runtime must
 // not be destroyed from one of its own jobs (it would wait for itself).
 // GCC 12 miscompiles a closure whose captures have destructors (or any
@@ -114,7 +117,8 @@ class runtime {
  public:
   /// Starts the workers and the I/O driver. See the file comment for errors.
   explicit runtime(runtime_config config = {});
-  /// Shuts down: refuses new spawns, stops the workers, cancels in-flight I/O
+  /// Shuts down: drops queued spawn_blocking jobs, refuses new spawns, waits
+  /// for running spawn_blocking jobs, stops the workers, cancels in-flight I/O
   /// and waits for its completions, destroys every task frame that did not
   /// finish (their join handles then report task_cancelled), joins threads.
   ~runtime();

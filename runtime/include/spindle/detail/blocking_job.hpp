@@ -20,8 +20,9 @@
 //
 // Errors: await_suspend throws (inside the spawned task, so the join handle
 // rethrows) std::system_error with std::errc::resource_unavailable_try_again
-// when the pool has no thread and cannot start one, and
-// std::errc::operation_canceled when the runtime's pool has shut down.
+// when the pool has no thread and cannot start one. A job submitted while
+// the runtime shuts down is not taken; its task is destroyed with the other
+// unfinished tasks (the handle reports task_cancelled).
 //
 // Thread-safety: after submit the job belongs to the pool until its wake;
 // `queued` and the links are guarded by the pool's mutex. The pool thread
@@ -63,7 +64,7 @@ struct blocking_job {
 
 enum class blocking_submit : std::uint8_t {
   queued,         ///< taken: the task is woken once `run` has returned
-  shutting_down,  ///< the pool has shut down: not taken
+  shutting_down,  ///< the pool has stopped: not taken, the task is never woken
   no_thread,      ///< no pool thread exists and none could be started: not taken
 };
 
@@ -107,14 +108,13 @@ class blocking_awaiter final : public blocking_job {
     // it, and the hook may run as soon as this poll returns.
     set_cancel_hook(self, &blocking_awaiter::cancel_hook, static_cast<blocking_job*>(this));
     blocking_submit const r = submit_blocking(self->sched, *this);
-    if (r == blocking_submit::queued) return true;  // `this` may be gone from here on
-    set_cancel_hook(self, nullptr, nullptr);        // not suspending after all
-    if (r == blocking_submit::no_thread) {
-      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
-                              "spindle::spawn_blocking: cannot start a blocking-pool thread");
-    }
-    throw std::system_error(std::make_error_code(std::errc::operation_canceled),
-                            "spindle::spawn_blocking: the runtime is shutting down");
+    // Queued: `this` may be gone from here on. Shutting down: the task stays
+    // suspended until the runtime destroys it (its handle reports
+    // task_cancelled), like every task the shutdown finds unfinished.
+    if (r != blocking_submit::no_thread) return true;
+    set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                            "spindle::spawn_blocking: cannot start a blocking-pool thread");
   }
   R await_resume() {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
