@@ -71,7 +71,8 @@ enum class blocking_submit : std::uint8_t {
 /// Queues `job` (run and task set) on the blocking pool of `sched`.
 [[nodiscard]] blocking_submit submit_blocking(scheduler* sched, blocking_job& job) noexcept;
 /// The cancel hook's work: true when `job` was still queued and is now
-/// withdrawn, false when a pool thread has it (its wake will come).
+/// withdrawn, or was never taken (shutting_down); false when a pool thread
+/// has it (its wake will come, or, during shutdown, the runtime destroys it).
 bool cancel_blocking(blocking_job& job) noexcept;
 
 /// What fn() returns, as the join handle's T.
