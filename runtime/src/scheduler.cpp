@@ -66,7 +66,8 @@ scheduler::scheduler(runtime_config const& config)
     : config_(config),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, resolve_workers(config.workers), config.budget, config.seed),
-      owned_(resolve_workers(config.workers) + 1) {
+      owned_(resolve_workers(config.workers) + 1),
+      blocking_(*this, config.max_blocking_threads, config.blocking_keep_alive) {
   config_.workers = resolve_workers(config.workers);
   config_.budget = core_.budget();
   std::size_t n = config_.workers;
@@ -116,7 +117,13 @@ scheduler::scheduler(runtime_config const& config)
 }
 
 scheduler::~scheduler() {
+  // Blocking jobs: the queued ones are dropped before the gate closes (a job
+  // that sees spawns refused knows that nothing queued behind it will run),
+  // the running ones are waited for while the workers still run the tasks
+  // they may wait for. Tasks suspended on them are destroyed below.
+  blocking_.stop();
   if (lifecycle_.close()) observe_termination();
+  blocking_.shutdown();
   shutdown_.store(true, std::memory_order_seq_cst);
   for (auto& w : core_.workers)
     w->park.unpark(*driver_, w->index);
@@ -513,6 +520,11 @@ runtime_stats scheduler::stats() const {
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
   out.tasks_alive = lifecycle_.in_flight();
+  blocking_pool_stats const b = blocking_.stats();
+  out.blocking_threads = b.threads;
+  out.blocking_idle_threads = b.idle;
+  out.blocking_queue_depth = b.queue_depth;
+  out.blocking_jobs = b.completed;
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "blocking_pool.hpp"
 #include "core.hpp"
 #include "lifecycle.hpp"
 #include "owned_tasks.hpp"
@@ -58,6 +59,8 @@ class scheduler final : public core_platform {
   [[nodiscard]] std::size_t worker_count() const noexcept { return core_.worker_count(); }
   [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
   [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
+  /// The spawn_blocking pool.
+  [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
   void unpark(std::size_t index) noexcept;
   void count_io(std::size_t index, std::size_t n) noexcept {
     core_.workers[index]->counters.io_completions.add(n);
@@ -114,6 +117,8 @@ class scheduler final : public core_platform {
   std::atomic<std::uint32_t> block_on_sleepers_{0};
   std::mutex block_on_mutex_;
   block_on_waiter* block_on_sleeping_ = nullptr;  // guarded by block_on_mutex_
+  // spawn_blocking jobs; shut down after the workers stop, before frames go.
+  blocking_pool blocking_;
 };
 
 }  // namespace spindle::detail

@@ -12,8 +12,9 @@
 // (EPERM, ENOMEM) when `io == io_backend::uring` and io_uring cannot be used;
 // with `automatic` it falls back to the thread-pool backend instead.
 // std::system_error(std::errc::resource_unavailable_try_again) when a worker
-// thread cannot be started. block_on called from one of this runtime's
-// workers throws std::system_error(std::errc::resource_deadlock_would_occur).
+// thread cannot be started; std::system_error(std::errc::invalid_argument)
+// for max_blocking_threads == 0 or a negative blocking_keep_alive. block_on called from one of this
+// runtime's workers throws std::system_error(std::errc::resource_deadlock_would_occur).
 //
 // Thread-safety: spawn(), stats(), worker_count() and io_backend_in_use() may
 // be called from any thread; block_on() from any thread that is not one of
@@ -24,13 +25,40 @@
 // Design source: Volt (seed 002) for the scheduler shape, Tokio's
 // multi-threaded scheduler for the idle/park protocol, seed 000 for the
 // lifecycle word (accepting bit + in-flight count).
+//
+// spawn_blocking(fn) runs a callable that blocks (a blocking system call, a
+// lock, a long computation) on the runtime's blocking pool instead of a
+// worker: threads started on demand up to `max_blocking_threads`, reused,
+// and ended after `blocking_keep_alive` without work; jobs beyond the bound
+// wait in a FIFO queue. The returned join_handle<R> yields fn's result or
+// rethrows its exception. abort() withdraws a job that has not started (fn
+// never runs); a job already running cannot be interrupted: it runs to the
+// end, and the handle reports task_cancelled. The callable is destroyed on
+// the pool thread as soon as it returns. At runtime shutdown queued jobs
+// are dropped unrun and the destructor waits for running jobs to return
+// (like Tokio: a job that never returns keeps the destructor waiting; the
+// workers keep running tasks meanwhile, with new spawns refused, so a job
+// that waits for a task can finish); their handles report task_cancelled,
+// as do jobs submitted once the shutdown began. Inside a job, spindle::spawn,
+// spindle::spawn_blocking and runtime::block_on may be used; the runtime must
+// not be destroyed from one of its own jobs (it would wait for itself).
+// GCC 12 miscompiles a closure whose captures have destructors (or any
+// aggregate temporary with such members) when it is created inside a
+// co_await full-expression: `co_await spawn_blocking([s = std::string()] {})`
+// destroys a capture twice. Name the handle first (`auto h =
+// spawn_blocking(...); co_await h;`); clang is not affected (reported as
+// chriskohlhoff/asio#858 and equeim/tremotesf2#551).
+// Design source for the pool: Tokio's spawn_blocking / blocking pool.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <system_error>
+#include <utility>
 
+#include "spindle/detail/blocking_job.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/stats.hpp"
@@ -54,7 +82,18 @@ struct runtime_config {
   io_backend io = io_backend::automatic;       ///< see io_backend; env SPINDLE_IO=uring|threadpool
                                                ///< applies when this is `automatic`
   std::uint32_t ring_entries = 256;            ///< io_uring submission queue entries per worker
-  std::size_t blocking_threads = 0;  ///< thread-pool backend threads; 0 = 2 x workers, >= 4
+  /// I/O threads of the thread-pool I/O backend (io_backend::threadpool
+  /// only): a fixed set, started with the runtime, that runs file system
+  /// calls for spindle::io; 0 = max(4, 2 x workers). Unrelated to
+  /// spawn_blocking, which has its own pool (max_blocking_threads).
+  std::size_t blocking_threads = 0;
+  /// Upper bound on the threads of the spawn_blocking pool (>= 1; 0 throws
+  /// std::system_error(std::errc::invalid_argument)). The pool starts empty
+  /// and grows on demand; jobs beyond the bound wait in a FIFO queue.
+  std::size_t max_blocking_threads = 512;
+  /// How long a spawn_blocking pool thread waits for a job before it exits
+  /// (ms, >= 0; negative throws std::system_error(std::errc::invalid_argument)).
+  std::chrono::milliseconds blocking_keep_alive{10'000};
 };
 
 namespace detail {
@@ -78,7 +117,8 @@ class runtime {
  public:
   /// Starts the workers and the I/O driver. See the file comment for errors.
   explicit runtime(runtime_config config = {});
-  /// Shuts down: refuses new spawns, stops the workers, cancels in-flight I/O
+  /// Shuts down: drops queued spawn_blocking jobs, refuses new spawns, waits
+  /// for running spawn_blocking jobs, stops the workers, cancels in-flight I/O
   /// and waits for its completions, destroys every task frame that did not
   /// finish (their join handles then report task_cancelled), joins threads.
   ~runtime();
@@ -113,6 +153,17 @@ class runtime {
     return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise())};
   }
 
+  /// Runs `fn()` on the blocking pool (see the file comment) from any
+  /// thread; `fn` is moved into the returned task and invoked once as an
+  /// rvalue. The handle yields its result or rethrows its exception; a pool
+  /// that has no thread and cannot start one makes the handle throw
+  /// std::system_error(std::errc::resource_unavailable_try_again).
+  template <class F>
+  requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> spawn_blocking(
+      F&& fn) {
+    return spawn(detail::make_blocking_task(std::forward<F>(fn)));
+  }
+
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;
   /// Number of worker threads.
@@ -143,6 +194,22 @@ join_handle<T> spawn(task<T> t) {
                             "spindle: spawn of an empty task");
   }
   return join_handle<T>{detail::spawn_root(sched, frame, &frame.promise())};
+}
+
+/// runtime::spawn_blocking on the runtime of the calling thread: a worker, a
+/// thread inside block_on, or a blocking-pool thread. Elsewhere throws
+/// std::system_error(std::errc::operation_not_permitted).
+template <class F>
+requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> spawn_blocking(
+    F&& fn) {
+  detail::scheduler* sched = detail::current_scheduler();
+  if (sched == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "spindle::spawn_blocking called outside a spindle runtime");
+  }
+  auto frame = detail::make_blocking_task(std::forward<F>(fn)).release();
+  return join_handle<detail::blocking_result_t<F>>{
+      detail::spawn_root(sched, frame, &frame.promise())};
 }
 
 /// Awaitable that re-queues the current task at the back of its worker's run

@@ -41,6 +41,12 @@ struct runtime_stats {
   std::uint64_t tasks_alive = 0;          ///< spawned tasks not yet complete
   std::uint64_t timers_fired = 0;         ///< timers fired (sleeps and timeouts that elapsed)
   std::vector<worker_stats> workers;
+  // The spawn_blocking pool (not the thread-pool I/O backend's threads). The
+  // first three are values now, not event counts.
+  std::uint64_t blocking_threads = 0;       ///< pool threads alive now (busy or idle)
+  std::uint64_t blocking_idle_threads = 0;  ///< of those, waiting for a job
+  std::uint64_t blocking_queue_depth = 0;   ///< jobs queued that no thread has started
+  std::uint64_t blocking_jobs = 0;          ///< jobs run to the end (returned or threw)
 };
 
 }  // namespace spindle
