@@ -4,9 +4,9 @@
 // Input: a byte string of operations: push one task, push_batch of 1..64
 // tasks linked by the caller (the last one's link left stale: push_batch must
 // end the list), pop, pop_batch with max 0..95 into an array with a sentinel
-// behind the last slot it may write. Tasks come from a pool of 512 and go
+// behind the last slot it may write. Tasks come from a pool of 256 and go
 // back to it when they come out, so the same headers pass through the queue
-// again and again.
+// again and again; a push with the pool empty does nothing.
 //
 // Checked after every operation: len and is_empty equal the model's; every
 // task that comes out is the model's front (FIFO across single pushes and
@@ -38,7 +38,7 @@ void expect_eq(const char* what, long long got, long long want) {
   if (got != want) fail(what, got, want);
 }
 
-constexpr std::size_t pool_size = 512;
+constexpr std::size_t pool_size = 256;
 constexpr long long none = -1;
 
 class harness {
@@ -67,7 +67,7 @@ class harness {
       }
       check();
     }
-    pop_batch(pool_size + 1);
+    pop_batch(model_.size() + 1);
     check();
     expect_eq("tasks never returned", static_cast<long long>(pool_size - free_.size()), 0);
   }

@@ -14,8 +14,9 @@
 // contains one of the patterns (ASCII case folded with -i), or every line
 // with an empty pattern; -E: the translated patterns joined as one PCRE2
 // alternation, matched against each line alone (no MULTILINE, no prefilter,
-// no buffer-level search). The count through the line_counter and the
-// matcher's count over the whole input in one call must both equal it.
+// no buffer-level search). The count through the line_counter (twice: with a
+// new buffer, then with the same buffer reset() as for the next file) and
+// the matcher's count over the whole input in one call must all equal it.
 //
 // Skipped: patterns the matcher rejects (pattern_error), and inputs where
 // PCRE2 gives up (a match limit in the reference, the matcher's documented
@@ -187,27 +188,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fixed ? fixed_reference(patterns, icase, file) : ere_reference(patterns, icase, file);
   if (!want) return 0;
 
-  std::uint64_t chunked = 0;
+  std::uint64_t chunked[2] = {0, 0};
   std::uint64_t whole = 0;
   try {
     scan::matcher::scratch s = m->make_scratch();
     scan::line_buffer buffer(capacity);
-    scan::line_counter counter(*m, s, buffer);
-    std::size_t at = 0;
-    while (at < file.size()) {
-      const std::span<char> space = counter.space();
-      if (space.empty()) fail("line_buffer::space() is empty", 0, 1);
-      const std::size_t n = std::min(read_sizes.next(space.size()), file.size() - at);
-      std::copy_n(file.data() + at, n, space.data());
-      counter.commit(n);
-      at += n;
+    for (std::uint64_t& count : chunked) {
+      // The second time the buffer is reused, as spindle-scan reuses a
+      // slot's buffer for the next file: reset() shrinks it if a long line
+      // grew it past twice its size.
+      buffer.reset(2 * capacity);
+      scan::line_counter counter(*m, s, buffer);
+      std::size_t at = 0;
+      while (at < file.size()) {
+        const std::span<char> space = counter.space();
+        if (space.empty()) fail("line_buffer::space() is empty", 0, 1);
+        const std::size_t n = std::min(read_sizes.next(space.size()), file.size() - at);
+        std::copy_n(file.data() + at, n, space.data());
+        counter.commit(n);
+        at += n;
+      }
+      count = counter.finish();
     }
-    chunked = counter.finish();
     whole = m->count_lines(file, s);
   } catch (std::runtime_error const&) {
     return 0;  // PCRE2 gave up on a line with every fallback (documented)
   }
-  if (chunked != *want) fail("lines counted through the line buffer", chunked, *want);
+  if (chunked[0] != *want) fail("lines counted through the line buffer", chunked[0], *want);
+  if (chunked[1] != *want) fail("lines counted through the reused buffer", chunked[1], *want);
   if (whole != *want) fail("lines counted in one buffer", whole, *want);
   return 0;
 }
