@@ -29,6 +29,7 @@
 
 #include "ere.hpp"
 #include "line_buffer.hpp"
+#include "line_counter.hpp"
 #include "matcher.hpp"
 #include "output.hpp"
 #include "walker.hpp"
@@ -173,20 +174,18 @@ std::uint64_t chunked_count(matcher const& m, std::string_view text, std::size_t
                             std::mt19937& rng) {
   scan::line_buffer buffer(capacity);
   auto s = m.make_scratch();
-  std::uint64_t n = 0;
+  scan::line_counter counter(m, s, buffer);
   std::size_t at = 0;
   while (at < text.size()) {
-    std::span<char> space = buffer.space();
+    std::span<char> space = counter.space();
     EXPECT_FALSE(space.empty());
     std::uniform_int_distribution<std::size_t> pick(1, space.size());
     const std::size_t take = std::min(pick(rng), text.size() - at);
     std::copy_n(text.data() + at, take, space.data());
-    buffer.commit(take);
+    counter.commit(take);
     at += take;
-    n += m.count_lines(buffer.take_lines(), s);
   }
-  n += m.count_lines(buffer.take_rest(), s);
-  return n;
+  return counter.finish();
 }
 
 // ------------------------------------------------------------ line model

@@ -43,6 +43,7 @@
 
 #include "cli.hpp"
 #include "line_buffer.hpp"
+#include "line_counter.hpp"
 #include "matcher.hpp"
 #include "output.hpp"
 #include "walker.hpp"
@@ -205,24 +206,21 @@ spindle::task<void> scanner::scan_file(scanner* self, slot* s, std::string path,
       throw std::system_error(errno, std::system_category(), "fstat");
     }
     if (S_ISREG(st.st_mode)) {  // a FIFO or device swapped in: skip it unread
-      scan::line_buffer& buffer = s->buffer;
-      buffer.reset();
+      s->buffer.reset();
+      scan::line_counter counter(self->matcher_, s->scratch, s->buffer);
       const auto size = static_cast<std::uint64_t>(st.st_size);
       std::uint64_t offset = 0;
-      std::uint64_t count = 0;
       while (true) {
-        const std::span<char> space = buffer.space();
+        const std::span<char> space = counter.space();
         const std::size_t n = co_await f.read_at(std::as_writable_bytes(space), offset);
         if (n == 0) break;
-        buffer.commit(n);
+        counter.commit(n);
         offset += n;
-        count += self->matcher_.count_lines(buffer.take_lines(), s->scratch);
         // A short read that reaches the size fstat gave is the end of the
         // file: spare the read that would return 0.
         if (n < space.size() && size > 0 && offset >= size) break;
       }
-      count += self->matcher_.count_lines(buffer.take_rest(), s->scratch);
-      self->finish(s, path, count, offset);
+      self->finish(s, path, counter.finish(), offset);
     }
     // `f` closes its descriptor with ::close as it goes out of scope. A
     // read-only close has nothing to report, and closing inline spares a

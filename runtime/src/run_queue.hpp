@@ -90,16 +90,13 @@ class run_queue {
   task_header* steal_into(run_queue& dst, std::uint32_t* stolen) noexcept {
     *stolen = 0;
     std::uint32_t dst_tail = dst.tail_.load(std::memory_order_relaxed);
-    std::uint32_t dst_steal = steal_of(dst.head_.load(std::memory_order_acquire));
-    if (dst_tail - dst_steal > capacity / 2) return nullptr;  // no room: we have work anyway
-
-    std::uint32_t n = claim_and_copy(dst, dst_tail);
-    if (n == 0) return nullptr;
-    *stolen = n;
-    --n;  // the last copied task is returned instead of published
-    task_header* ret = dst.slots_[(dst_tail + n) & mask].load(std::memory_order_relaxed);
-    if (n > 0) dst.tail_.store(dst_tail + n, std::memory_order_release);
-    return ret;
+    if (!dst.has_room_to_steal(dst_tail)) return nullptr;  // no room: we have work anyway
+    claimed_range claimed = claim();
+    if (claimed.n == 0) return nullptr;
+    copy_claimed(claimed, dst, dst_tail);
+    release(claimed);
+    *stolen = claimed.n;
+    return dst.publish_stolen(dst_tail, claimed.n);
   }
 
   /// Number of tasks (approximate when racing).
@@ -148,40 +145,72 @@ class run_queue {
     return true;
   }
 
-  std::uint32_t claim_and_copy(run_queue& dst, std::uint32_t dst_tail) noexcept {
+  // steal_into in its steps, kept apart so that a single-threaded test
+  // (tests/fuzz/fuzz_run_queue.cpp, through run_queue_test_access) can stop a
+  // stealer between its claim and its release, as preemption would.
+  struct claimed_range {
+    std::uint32_t first = 0;  // position of the first claimed slot
+    std::uint32_t n = 0;      // 0: nothing claimed
+  };
+
+  // Stealer, on its own queue (the destination): a steal may only start when
+  // at most half a ring is in use, so that the copy fits behind `dst_tail`.
+  bool has_room_to_steal(std::uint32_t dst_tail) const noexcept {
+    std::uint32_t dst_steal = steal_of(head_.load(std::memory_order_acquire));
+    return dst_tail - dst_steal <= capacity / 2;
+  }
+
+  // Stealer: moves real_head past the larger half of the tasks, leaving
+  // steal_head at the first of them. Claims nothing (n == 0) when the queue is
+  // empty or another steal is in progress.
+  claimed_range claim() noexcept {
     std::uint64_t prev = head_.load(std::memory_order_acquire);
-    std::uint64_t next = 0;
-    std::uint32_t n = 0;
     for (;;) {
       std::uint32_t src_steal = steal_of(prev);
       std::uint32_t src_real = real_of(prev);
-      if (src_steal != src_real) return 0;  // another stealer is copying
+      if (src_steal != src_real) return {};  // another stealer is copying
       std::uint32_t src_tail = tail_.load(std::memory_order_acquire);
-      n = src_tail - src_real;
+      std::uint32_t n = src_tail - src_real;
       n -= n / 2;  // take the larger half
-      if (n == 0) return 0;
-      next = pack(src_steal, src_real + n);
-      if (head_.compare_exchange_weak(prev, next, std::memory_order_acq_rel,
-                                      std::memory_order_acquire)) {
-        break;
+      if (n == 0) return {};
+      if (head_.compare_exchange_weak(prev, pack(src_steal, src_real + n),
+                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return {src_steal, n};
       }
     }
-    std::uint32_t first = steal_of(next);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      task_header* task = slots_[(first + i) & mask].load(std::memory_order_relaxed);
+  }
+
+  // Stealer: copies the claimed slots behind dst's tail (not yet published).
+  void copy_claimed(claimed_range claimed, run_queue& dst, std::uint32_t dst_tail) const noexcept {
+    for (std::uint32_t i = 0; i < claimed.n; ++i) {
+      task_header* task = slots_[(claimed.first + i) & mask].load(std::memory_order_relaxed);
       dst.slots_[(dst_tail + i) & mask].store(task, std::memory_order_relaxed);
     }
-    // Release: steal_head catches up with real_head (which the owner may
-    // have advanced by popping meanwhile).
-    prev = next;
+  }
+
+  // Stealer: steal_head catches up with real_head (which the owner may have
+  // advanced by popping meanwhile); the owner may reuse the slots from now on.
+  void release(claimed_range claimed) noexcept {
+    std::uint64_t prev = pack(claimed.first, claimed.first + claimed.n);
     for (;;) {
       std::uint32_t real = real_of(prev);
       if (head_.compare_exchange_weak(prev, pack(real, real), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
-        return n;
+        return;
       }
     }
   }
+
+  // Stealer, on its own queue: publishes the first n - 1 copied tasks and
+  // returns the last one, to run now.
+  task_header* publish_stolen(std::uint32_t dst_tail, std::uint32_t n) noexcept {
+    --n;
+    task_header* ret = slots_[(dst_tail + n) & mask].load(std::memory_order_relaxed);
+    if (n > 0) tail_.store(dst_tail + n, std::memory_order_release);
+    return ret;
+  }
+
+  friend struct run_queue_test_access;  // defined by tests only
 
   alignas(128) std::atomic<std::uint64_t> head_{0};
   alignas(128) std::atomic<std::uint32_t> tail_{0};
