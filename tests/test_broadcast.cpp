@@ -289,7 +289,9 @@ void contention(std::size_t capacity) {
   for (auto const& t : all) {
     EXPECT_TRUE(t.ordered);
     EXPECT_EQ(t.received + t.missed, static_cast<std::uint64_t>(2 * n));
-    if (capacity >= static_cast<std::size_t>(2 * n)) EXPECT_EQ(t.missed, 0u);
+    if (capacity >= static_cast<std::size_t>(2 * n)) {
+      EXPECT_EQ(t.missed, 0u);
+    }
   }
 }
 

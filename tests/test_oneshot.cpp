@@ -153,6 +153,14 @@ TEST(Oneshot, TryRecvAndBlockingRecv) {
   tx2 = oneshot_sender<int>{};
   EXPECT_THROW((void)rx2.try_recv(), spindle::channel_closed);
 
+  // The value (or the close) is already there: blocking_recv does not block.
+  auto [tx6, rx6] = make_oneshot<int>();
+  EXPECT_TRUE(tx6.send(6));
+  EXPECT_EQ(rx6.blocking_recv(), 6);
+  auto [tx7, rx7] = make_oneshot<int>();
+  tx7 = oneshot_sender<int>{};
+  EXPECT_THROW((void)rx7.blocking_recv(), spindle::channel_closed);
+
   spindle::runtime rt{{.workers = 2}};
   auto [tx3, rx3] = make_oneshot<int>();
   auto sender = [](oneshot_sender<int> s) -> task<void> {

@@ -32,7 +32,11 @@ auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
 using int_rx = watch<int>::receiver;
 
 task<int> next_value(int_rx& rx) {
-  if (!co_await rx.changed()) co_return -1;
+  // Not `if (!co_await ...)`: g++ 12.2 miscompiles a coroutine whose body
+  // has no local at its top level and a co_await in an if/while condition
+  // (its body never starts; GCC PR 106188, fixed in 12.3).
+  bool const changed = co_await rx.changed();
+  if (!changed) co_return -1;
   co_return rx.get();
 }
 

@@ -234,13 +234,16 @@ class oneshot_receiver {
     check_valid();
     detail::require_no_task("spindle: oneshot_receiver::blocking_recv inside a spindle task");
     detail::wait_node node;
+    bool ready = false;
     {
       std::lock_guard lock{state_->mutex};
-      if (state_->value || state_->sender_done) return take_ready();
-      node.linked = true;
-      state_->waiter = &node;
+      ready = state_->value || state_->sender_done;
+      if (!ready) {
+        node.linked = true;
+        state_->waiter = &node;
+      }
     }
-    node.wait_as_thread();
+    if (!ready) node.wait_as_thread();
     return take_ready();
   }
 
