@@ -195,7 +195,7 @@ TEST(Broadcast, AbortOfAWaitingReceiverLeavesTheOthersIntact) {
   EXPECT_EQ(rx1.try_recv(), 7) << "the aborted wait consumed a value";
 
   // Racing with the send, many times: the value is received or still there.
-  long const rounds = scaled(1000, 50);
+  long const rounds = scaled(3000, 300);
   for (long round = 0; round < rounds; ++round) {
     auto h = rt.spawn(waiter(rx1));
     if (round % 2 == 0) std::this_thread::yield();
@@ -223,7 +223,7 @@ TEST(Broadcast, AbortOfAWaitingReceiverLeavesTheOthersIntact) {
 void contention(std::size_t capacity) {
   spindle::runtime rt{{.workers = 2}};
   broadcast<std::uint64_t> b{capacity};
-  long const n = scaled(5000, 200);
+  long const n = scaled(5000, 1000);
   struct tally {
     std::uint64_t received = 0;
     std::uint64_t missed = 0;
@@ -296,7 +296,7 @@ void contention(std::size_t capacity) {
 }
 
 TEST(Broadcast, ContentionWithoutLag) {
-  contention(static_cast<std::size_t>(2 * scaled(5000, 200)));
+  contention(static_cast<std::size_t>(2 * scaled(5000, 1000)));
 }
 
 TEST(Broadcast, ContentionWithLag) {

@@ -406,7 +406,7 @@ TEST(Channel, AValueHandedToAnAbortedReceiverReturnsToTheBuffer) {
 TEST(Channel, AbortRacingWithHandOffNeverLosesOrDuplicatesValues) {
   spindle::runtime rt{{.workers = 2}};
   constexpr int k = 6;
-  long const rounds = scaled(400, 20);
+  long const rounds = scaled(3000, 300);
   std::mt19937 rng{12345};
   auto receiver = [](channel<std::unique_ptr<int>>& c,
                      std::vector<std::atomic<int>>& seen) -> task<void> {
@@ -450,7 +450,7 @@ TEST(Channel, AbortRacingWithHandOffNeverLosesOrDuplicatesValues) {
 TEST(Channel, AbortRacingWithWaitingSendersNeverLosesOrDuplicatesValues) {
   spindle::runtime rt{{.workers = 2}};
   constexpr int k = 6;
-  long const rounds = scaled(400, 20);
+  long const rounds = scaled(3000, 300);
   std::mt19937 rng{777};
   auto sender = [](channel<std::unique_ptr<int>>& c, int v,
                    std::vector<std::atomic<int>>& sent) -> task<void> {
@@ -581,7 +581,7 @@ class ChannelMpmc : public ::testing::TestWithParam<std::size_t> {};
 TEST_P(ChannelMpmc, CountSumAndPerProducerOrderSurviveContention) {
   spindle::runtime rt{{.workers = 2}};
   channel<std::uint64_t> ch{GetParam()};
-  long const n = scaled(10000, 200);
+  long const n = scaled(10000, 2000);
   // Producers 0-1 are tasks, 2-3 foreign threads; consumers likewise.
   std::vector<join_handle<void>> ps;
   for (int p = 0; p < 2; ++p)
@@ -638,7 +638,7 @@ TEST_P(ChannelMpmc, CountSumAndPerProducerOrderSurviveContention) {
 TEST_P(ChannelMpmc, TasksOnlyAcrossAllWorkers) {
   spindle::runtime rt{{.workers = 2}};
   channel<std::uint64_t> ch{GetParam()};
-  long const n = scaled(10000, 200);
+  long const n = scaled(10000, 2000);
   auto body = [](channel<std::uint64_t>& c, long count) -> task<mpmc_result> {
     std::vector<join_handle<mpmc_result>> cs;
     for (int i = 0; i < 4; ++i)

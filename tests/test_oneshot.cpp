@@ -122,7 +122,7 @@ TEST(Oneshot, UsedOrEmptyHandlesThrowInvalidArgument) {
   spindle::runtime rt{{.workers = 1}};
   auto [tx, rx] = make_oneshot<int>();
   EXPECT_TRUE(tx.send(1));
-  EXPECT_EQ(system_error_of([&] { (void)tx.send(2); }), std::errc::invalid_argument);
+  EXPECT_EQ(system_error_of([&s = tx] { (void)s.send(2); }), std::errc::invalid_argument);
   auto twice = [](oneshot_receiver<int>& r) -> task<int> {
     int first = co_await r;
     EXPECT_FALSE(r.valid());
@@ -195,7 +195,7 @@ TEST(Oneshot, TryRecvAndBlockingRecv) {
 // sent: the value is either received by the task or still in the receiver.
 TEST(Oneshot, AbortOfAWaitingReceiverNeverLosesTheValue) {
   spindle::runtime rt{{.workers = 2}};
-  long const rounds = scaled(2000, 100);
+  long const rounds = scaled(5000, 500);
   auto waiter = [](oneshot_receiver<std::unique_ptr<int>>& r) -> task<int> {
     auto v = co_await r;
     co_return *v;
@@ -235,7 +235,7 @@ TEST(Oneshot, AbortingTheOwnerOfTheReceiverClosesTheSender) {
 
 TEST(Oneshot, ManyOneshotsAcrossWorkersAndThreads) {
   spindle::runtime rt{{.workers = 2}};
-  int const n = static_cast<int>(scaled(2000, 100));
+  int const n = static_cast<int>(scaled(5000, 1000));
   std::vector<oneshot_sender<int>> senders;
   std::vector<join_handle<int>> hs;
   for (int i = 0; i < n; ++i) {

@@ -179,7 +179,7 @@ TEST(Watch, AbortOfAWaitingReceiverMissesNothingForOthers) {
   spindle::runtime rt{{.workers = 2}};
   watch<int> w{0};
   auto rx = w.subscribe();
-  long const rounds = scaled(1000, 50);
+  long const rounds = scaled(3000, 300);
   for (long round = 1; round <= rounds; ++round) {
     auto h = rt.spawn(next_value(rx));
     if (round % 2 == 0) std::this_thread::yield();
@@ -205,7 +205,7 @@ TEST(Watch, AbortOfAWaitingReceiverMissesNothingForOthers) {
 TEST(Watch, ReceiversSeeMonotonicValuesEndingAtTheLast) {
   spindle::runtime rt{{.workers = 2}};
   watch<long> w{0};
-  long const n = scaled(20000, 500);
+  long const n = scaled(50000, 5000);
   auto follower = [](watch<long>::receiver rx) -> task<long> {
     long last = 0;
     while (co_await rx.changed()) {
