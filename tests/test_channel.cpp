@@ -400,6 +400,50 @@ TEST(Channel, AValueHandedToAnAbortedReceiverReturnsToTheBuffer) {
   EXPECT_EQ(**ch.try_recv(), 2);
 }
 
+// close() while a value is handed to a receiver that has not resumed yet:
+// the other receivers must not see the end before that value is settled. If
+// its receiver is aborted, the value goes to another receiver; if it
+// resumes, the others see the end after it.
+TEST(Channel, CloseDoesNotEndReceiversWhileAHandedValueMayComeBack) {
+  for (bool abort_first : {true, false}) {
+    spindle::runtime rt{{.workers = 1}};
+    channel<int> ch{1};
+    auto receiver = [](channel<int>& c) -> task<int> {
+      auto v = co_await c.recv();
+      co_return v ? *v : -1;
+    };
+    auto first = rt.spawn(receiver(ch));
+    ASSERT_TRUE(wait_until([&] { return ch.waiting_receivers() == 1; }));
+    auto second = rt.spawn(receiver(ch));
+    ASSERT_TRUE(wait_until([&] { return ch.waiting_receivers() == 2; }));
+    std::atomic<bool> release{false};
+    std::atomic<bool> busy{false};
+    auto blocker = [](std::atomic<bool>& go, std::atomic<bool>& started) -> task<void> {
+      started.store(true);
+      while (!go.load())
+        std::this_thread::yield();
+      co_return;
+    };
+    auto b = rt.spawn(blocker(release, busy));
+    ASSERT_TRUE(wait_until([&] { return busy.load(); }));
+    ASSERT_TRUE(ch.try_send(42));  // handed to `first`, which is queued behind the blocker
+    ch.close();
+    EXPECT_EQ(ch.waiting_receivers(), 1u) << "close() ended a receiver while a value was in flight";
+    if (abort_first) first.abort();
+    release.store(true);
+    EXPECT_TRUE(finished_normally(b));
+    if (abort_first) {
+      EXPECT_FALSE(finished_normally(first));
+      EXPECT_EQ(spindle_test::wait_and_take(second), 42) << "the value handed back was lost";
+    } else {
+      EXPECT_EQ(spindle_test::wait_and_take(first), 42);
+      EXPECT_EQ(spindle_test::wait_and_take(second), -1) << "the end was not reported";
+    }
+    EXPECT_EQ(ch.waiting_receivers(), 0u);
+    EXPECT_FALSE(ch.try_recv().has_value());
+  }
+}
+
 // Receivers wait, values are sent while some receivers are aborted from
 // another thread: every value ends up exactly once in a receiver or the
 // channel.
@@ -440,6 +484,54 @@ TEST(Channel, AbortRacingWithHandOffNeverLosesOrDuplicatesValues) {
           << "value " << v << " in round " << round << (seen[v] == 0 ? " lost" : " duplicated");
     }
     EXPECT_EQ(ch.waiting_receivers(), 0u);
+    spindle_test::progress();
+  }
+}
+
+// Looping receivers, values sent then the channel closed, while some
+// receivers are aborted: the receivers that survive see the end only after
+// every value was received by someone (none left behind, none twice).
+TEST(Channel, AbortAndCloseRacingWithLoopingReceiversLeaveNothingBehind) {
+  spindle::runtime rt{{.workers = 2}};
+  constexpr int k = 4;
+  constexpr int values = 64;
+  long const rounds = scaled(1000, 100);
+  std::mt19937 rng{4242};
+  auto receiver = [](channel<int>& c, std::vector<std::atomic<int>>& seen) -> task<void> {
+    while (auto v = co_await c.recv())
+      seen[static_cast<std::size_t>(*v)].fetch_add(1);
+  };
+  for (long round = 0; round < rounds; ++round) {
+    channel<int> ch{round % 2 == 0 ? 1u : 8u};
+    std::vector<std::atomic<int>> seen(values);
+    std::vector<join_handle<void>> hs;
+    for (int i = 0; i < k; ++i)
+      hs.push_back(rt.spawn(receiver(ch, seen)));
+    unsigned mask = 1 + rng() % ((1u << k) - 1);  // abort some, never all
+    if ((mask & 1u) != 0) mask &= ~(1u << (k - 1));
+    std::thread aborter([&] {
+      for (int i = 0; i < k; ++i) {
+        if ((mask & (1u << i)) != 0) hs[static_cast<std::size_t>(i)].abort();
+      }
+    });
+    for (int v = 0; v < values; ++v)
+      ch.blocking_send(v);
+    ch.close();
+    aborter.join();
+    // Wait for the survivors first: they return only at the end.
+    for (int i = 0; i < k; ++i) {
+      if ((mask & (1u << i)) == 0) {
+        ASSERT_TRUE(finished_normally(hs[static_cast<std::size_t>(i)]));
+      }
+    }
+    for (int i = 0; i < k; ++i) {
+      if ((mask & (1u << i)) != 0) (void)finished_normally(hs[static_cast<std::size_t>(i)]);
+    }
+    for (int v = 0; v < values; ++v) {
+      ASSERT_EQ(seen[static_cast<std::size_t>(v)].load(), 1)
+          << "value " << v << " in round " << round << " (mask " << mask << ")";
+    }
+    EXPECT_EQ(ch.size(), 0u);
     spindle_test::progress();
   }
 }

@@ -21,8 +21,10 @@
 // Closing: close() makes every later send fail (co_await send throws
 // spindle::channel_closed, try_send returns false, blocking_send throws) and
 // wakes every waiting sender with channel_closed; their values are dropped.
-// Receivers first drain what is buffered, then get std::nullopt. Closing
-// twice is harmless.
+// Receivers first drain what is buffered, then get std::nullopt (a value
+// handed to a receiving task that is then aborted counts as buffered until
+// it has come back: the end is reported only after it). Closing twice is
+// harmless.
 //
 // Cancellation: a task waiting in send or recv may be aborted
 // (join_handle::abort) or destroyed by runtime shutdown. A waiting sender
@@ -37,7 +39,9 @@
 // blocking_send/blocking_recv inside a spindle task throw the same (they
 // would block a worker thread; use co_await there). std::bad_alloc when the
 // buffer cannot grow (an unbounded channel grows as needed; a bounded one up
-// to `capacity`); a send that throws has not sent its value.
+// to `capacity`); a send that throws has not sent its value. (Giving a value
+// back from an aborted receiver may grow the buffer past `capacity`; if that
+// allocation fails the process terminates, as it happens in a destructor.)
 //
 // Requirements: T is nothrow move constructible (values move under the lock);
 // try_send(T const&) and the copying send need a copyable T.
@@ -321,7 +325,7 @@ class channel {
       detail::require_task(self, "spindle: channel recv awaited outside a spindle task");
       detail::wake_chain wakes;
       std::lock_guard lock{ch_->mutex_};
-      if (!ch_->try_recv_locked(this->slot, wakes) && !ch_->closed_) {
+      if (!ch_->try_recv_locked(this->slot, wakes) && !ch_->drained_locked()) {
         this->task = self;
         ch_->receivers_.push_back(this);
         suspended_ = true;
@@ -333,7 +337,7 @@ class channel {
     }
     /// The value, or std::nullopt when the channel is closed and drained.
     std::optional<T> await_resume() noexcept {
-      suspended_ = false;
+      if (std::exchange(suspended_, false) && this->slot) ch_->confirm_handed();
       return std::move(this->slot);
     }
 
@@ -371,7 +375,7 @@ class channel {
     {
       detail::wake_chain wakes;
       std::lock_guard lock{mutex_};
-      if (try_recv_locked(node.slot, wakes) || closed_) return std::move(node.slot);
+      if (try_recv_locked(node.slot, wakes) || drained_locked()) return std::move(node.slot);
       receivers_.push_back(&node);
     }
     node.wait_as_thread();
@@ -386,11 +390,9 @@ class channel {
     std::lock_guard lock{mutex_};
     if (closed_) return;
     closed_ = true;
-    // Receivers wait only while the buffer is empty: they see the end.
-    while (detail::wait_node* n = receivers_.pop_front()) {
-      static_cast<recv_node*>(n)->status = detail::wait_status::closed;
-      wakes.add(n);
-    }
+    // Receivers wait only while the buffer is empty: they see the end, unless
+    // a value handed to a receiver may still come back.
+    end_receivers_if_drained(wakes);
     while (detail::wait_node* n = senders_.pop_front()) {
       static_cast<send_node*>(n)->status = detail::wait_status::closed;
       wakes.add(n);
@@ -427,14 +429,45 @@ class channel {
     return !receivers_.empty() || buffer_.size() < capacity_;
   }
 
+  // Closed, empty, and no value handed to a task that may still give it
+  // back: receivers see the end. Caller holds the lock.
+  [[nodiscard]] bool drained_locked() const noexcept {
+    return closed_ && buffer_.empty() && in_flight_ == 0;
+  }
+
+  // Wakes every waiting receiver with the end once drained_locked().
+  void end_receivers_if_drained(detail::wake_chain& wakes) noexcept {
+    if (!drained_locked()) return;
+    while (detail::wait_node* n = receivers_.pop_front()) {
+      static_cast<recv_node*>(n)->status = detail::wait_status::closed;
+      wakes.add(n);
+    }
+  }
+
+  // Hands `v` to the first waiting receiver. Caller holds the lock.
+  void hand_to_receiver(detail::wait_node* n, T&& v, detail::wake_chain& wakes) noexcept {
+    auto* r = static_cast<recv_node*>(n);
+    r->slot.emplace(std::move(v));
+    r->status = detail::wait_status::done;
+    // A task may be aborted before it resumes and give the value back.
+    if (r->task != nullptr) ++in_flight_;
+    wakes.add(r);
+  }
+
+  // A receiving task resumed with a handed value: it can no longer give it
+  // back.
+  void confirm_handed() noexcept {
+    detail::wake_chain wakes;
+    std::lock_guard lock{mutex_};
+    --in_flight_;
+    end_receivers_if_drained(wakes);
+  }
+
   // Hands `v` to a waiting receiver or buffers it. Moves from `v` only when
   // it returns true. Caller holds the lock and checked closed_.
   bool try_send_locked(T& v, detail::wake_chain& wakes) {
     if (detail::wait_node* n = receivers_.pop_front()) {
-      auto* r = static_cast<recv_node*>(n);
-      r->slot.emplace(std::move(v));
-      r->status = detail::wait_status::done;
-      wakes.add(r);
+      hand_to_receiver(n, std::move(v), wakes);
       return true;
     }
     if (buffer_.size() < capacity_) {
@@ -484,11 +517,9 @@ class channel {
     std::lock_guard lock{mutex_};
     if (receivers_.remove(node)) return;
     if (node->status != detail::wait_status::done || !node->slot) return;
+    --in_flight_;
     if (detail::wait_node* n = receivers_.pop_front()) {
-      auto* r = static_cast<recv_node*>(n);
-      r->slot.emplace(std::move(*node->slot));
-      r->status = detail::wait_status::done;
-      wakes.add(r);
+      hand_to_receiver(n, std::move(*node->slot), wakes);
     } else {
       buffer_.push_front(std::move(*node->slot));  // std::bad_alloc here terminates
     }
@@ -500,6 +531,7 @@ class channel {
   detail::wait_list senders_;
   detail::wait_list receivers_;
   std::size_t const capacity_;
+  std::size_t in_flight_ = 0;  ///< values handed to tasks that have not resumed yet
   bool closed_ = false;
 };
 
