@@ -7,10 +7,14 @@
 // Design source: DESIGN.md "Public contract".
 #pragma once
 
+#include "spindle/broadcast.hpp"
+#include "spindle/channel.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/io.hpp"
 #include "spindle/join_handle.hpp"
+#include "spindle/oneshot.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/stats.hpp"
 #include "spindle/task.hpp"
 #include "spindle/time.hpp"
+#include "spindle/watch.hpp"

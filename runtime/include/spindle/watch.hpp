@@ -1,0 +1,304 @@
+// spindle::watch<T>: a single-value channel that keeps only the latest value.
+//
+// Shape: the watch<T> object is the sending side and holds the current value;
+// it is shared by reference (or std::shared_ptr) by every sender and is
+// neither copyable nor movable. subscribe() returns a receiver handle
+// (copyable: a copy shares the channel and starts from the same seen
+// version):
+//
+//   spindle::watch<config> w{initial};
+//   auto rx = w.subscribe();          // the current value counts as seen
+//   w.send(next);                     // replaces the value, never waits
+//   if (co_await rx.changed()) use(rx.get());
+//
+// Every send bumps a version. A receiver remembers the last version it saw;
+// changed() completes as soon as a newer version exists and marks it seen.
+// Several sends between two changed() calls coalesce into one completion
+// (the receiver only ever sees the latest value). get() returns a copy of the
+// latest value and marks it seen; peek() returns it without marking.
+//
+// Note for g++ 12.2 users: `if (co_await rx.changed())` or `while (...)` in
+// a coroutine whose body declares no local at its top level is miscompiled
+// (the body never starts; GCC PR 106188, fixed in 12.3). Bind the result to
+// a local first: `bool const changed = co_await rx.changed();`.
+//
+// Closing: close(), or destroying the watch<T>, closes it. changed() then
+// still reports a newer value the receiver has not seen (true), and after
+// that returns false instead of waiting. Receivers may outlive the watch
+// object; get() keeps returning the last value. send after close throws
+// spindle::channel_closed. Dropping a receiver only unsubscribes it.
+//
+// Cancellation: a task aborted while waiting in changed() has marked nothing
+// seen; receivers are independent, so nobody else misses a change.
+//
+// Errors: channel_closed as above; std::system_error with
+// std::errc::invalid_argument on an empty (default-constructed or moved-from)
+// receiver; std::system_error(operation_not_permitted) for co_await outside a
+// spindle task or blocking_changed inside one. Exceptions of T's copy
+// constructor propagate from get().
+//
+// Requirements: T is copy constructible (get returns copies).
+// Thread-safety: any member from any task or thread; one receiver object is
+// used by one task or thread at a time (copies in parallel). One std::mutex
+// guards the value, the version and the waiters.
+// Design source: Tokio's sync::watch (version counter, changed() marks seen,
+// closed reported only when nothing newer is left).
+#pragma once
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "spindle/channel.hpp"
+#include "spindle/detail/task_header.hpp"
+#include "spindle/detail/wait_list.hpp"
+#include "spindle/detail/wake_chain.hpp"
+#include "spindle/errors.hpp"
+
+namespace spindle {
+
+namespace detail {
+
+template <class T>
+struct watch_state {
+  template <class... A>
+  explicit watch_state(A&&... a) : value(std::forward<A>(a)...) {}
+
+  mutable std::mutex mutex;
+  T value;
+  std::uint64_t version = 0;
+  std::size_t receivers = 0;
+  bool closed = false;
+  wait_list waiters;
+};
+
+}  // namespace detail
+
+template <class T>
+class watch {
+  static_assert(std::is_copy_constructible_v<T>, "spindle::watch<T> needs a copyable T");
+  using state_type = detail::watch_state<T>;
+
+ public:
+  using value_type = T;
+
+  /// A watch holding `initial` (version 0).
+  explicit watch(T initial) : state_(std::make_shared<state_type>(std::move(initial))) {}
+  watch(watch const&) = delete;
+  watch& operator=(watch const&) = delete;
+  /// Closes the watch.
+  ~watch() { close(); }
+
+  class receiver {
+   public:
+    receiver() noexcept = default;
+    receiver(receiver const& other) : state_(other.state_), seen_(other.seen_) { attach(); }
+    receiver(receiver&& other) noexcept
+        : state_(std::move(other.state_)), seen_(std::exchange(other.seen_, 0)) {}
+    receiver& operator=(receiver other) noexcept {
+      swap(other);
+      return *this;
+    }
+    ~receiver() { detach(); }
+
+    void swap(receiver& other) noexcept {
+      std::swap(state_, other.state_);
+      std::swap(seen_, other.seen_);
+    }
+
+    class [[nodiscard]] changed_awaiter : detail::wait_node {
+     public:
+      explicit changed_awaiter(receiver* rx) noexcept : rx_(rx) {}
+      changed_awaiter(changed_awaiter const&) = delete;
+      changed_awaiter& operator=(changed_awaiter const&) = delete;
+      ~changed_awaiter() {
+        if (suspended_) {
+          std::lock_guard lock{state_->mutex};
+          state_->waiters.remove(this);  // still linked only at shutdown
+        }
+      }
+
+      bool await_ready() const {
+        rx_->check_valid();
+        return false;
+      }
+      bool await_suspend(std::coroutine_handle<> caller) {
+        detail::task_header* self = detail::suspend_current(caller);
+        detail::require_task(self, "spindle: watch changed() awaited outside a spindle task");
+        state_ = rx_->state_.get();
+        std::lock_guard lock{state_->mutex};
+        if (state_->version != rx_->seen_ || state_->closed) {
+          detail::set_cancel_hook(self, nullptr, nullptr);
+          return false;
+        }
+        this->task = self;
+        state_->waiters.push_back(this);
+        suspended_ = true;
+        detail::set_cancel_hook(self, &changed_awaiter::on_cancel, this);
+        return true;
+      }
+      /// True: a newer value exists (now marked seen). False: the watch is
+      /// closed and this receiver has seen its last value.
+      bool await_resume() noexcept {
+        suspended_ = false;
+        std::lock_guard lock{state_->mutex};
+        return rx_->mark_seen_locked();
+      }
+
+     private:
+      static bool on_cancel(void* arg) noexcept {
+        auto* self = static_cast<changed_awaiter*>(arg);
+        std::lock_guard lock{self->state_->mutex};
+        return self->state_->waiters.remove(self);
+      }
+
+      receiver* rx_;
+      state_type* state_ = nullptr;
+      bool suspended_ = false;
+    };
+
+    /// Waits until a value newer than the last one this receiver saw exists
+    /// (see changed_awaiter::await_resume). The receiver must outlive the
+    /// wait.
+    [[nodiscard]] changed_awaiter changed() noexcept { return changed_awaiter{this}; }
+
+    /// Blocks a thread outside the runtime like changed(). Throws
+    /// std::system_error(operation_not_permitted) inside a spindle task.
+    bool blocking_changed() {
+      check_valid();
+      detail::require_no_task("spindle: watch blocking_changed inside a spindle task");
+      detail::wait_node node;
+      {
+        std::lock_guard lock{state_->mutex};
+        if (state_->version != seen_ || state_->closed) return mark_seen_locked();
+        state_->waiters.push_back(&node);
+      }
+      node.wait_as_thread();
+      std::lock_guard lock{state_->mutex};
+      return mark_seen_locked();
+    }
+
+    /// True when a value newer than the last seen one exists (no waiting).
+    [[nodiscard]] bool has_changed() const {
+      check_valid();
+      std::lock_guard lock{state_->mutex};
+      return state_->version != seen_;
+    }
+
+    /// A copy of the latest value; marks it seen.
+    [[nodiscard]] T get() {
+      check_valid();
+      std::lock_guard lock{state_->mutex};
+      T copy(state_->value);
+      seen_ = state_->version;
+      return copy;
+    }
+    /// A copy of the latest value, without marking it seen.
+    [[nodiscard]] T peek() const {
+      check_valid();
+      std::lock_guard lock{state_->mutex};
+      return state_->value;
+    }
+
+    /// True once the watch is closed.
+    [[nodiscard]] bool is_closed() const {
+      check_valid();
+      std::lock_guard lock{state_->mutex};
+      return state_->closed;
+    }
+    [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+
+   private:
+    friend class watch;
+    receiver(std::shared_ptr<state_type> s, std::uint64_t seen) noexcept
+        : state_(std::move(s)), seen_(seen) {}
+
+    void check_valid() const {
+      if (!state_) {
+        throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                                "spindle: empty watch receiver");
+      }
+    }
+    bool mark_seen_locked() noexcept {
+      if (state_->version == seen_) return false;  // closed, nothing newer
+      seen_ = state_->version;
+      return true;
+    }
+    void attach() noexcept {
+      if (!state_) return;
+      std::lock_guard lock{state_->mutex};
+      ++state_->receivers;
+    }
+    void detach() noexcept {
+      if (!state_) return;
+      {
+        std::lock_guard lock{state_->mutex};
+        --state_->receivers;
+      }
+      state_.reset();
+    }
+
+    std::shared_ptr<state_type> state_;
+    std::uint64_t seen_ = 0;
+  };
+
+  /// A receiver for which the current value counts as seen.
+  [[nodiscard]] receiver subscribe() {
+    std::lock_guard lock{state_->mutex};
+    ++state_->receivers;
+    return receiver{state_, state_->version};
+  }
+
+  /// Replaces the value and wakes every receiver waiting in changed(); never
+  /// waits. Throws channel_closed after close().
+  void send(T v) {
+    modify([&](T& current) { current = std::move(v); });
+  }
+
+  /// Calls fn(T&) on the value under the lock, then notifies like send.
+  /// Keep fn short; an exception from fn propagates and notifies nobody
+  /// (changes it made stay, unversioned).
+  template <class Fn>
+  void modify(Fn&& fn) {
+    detail::wake_chain wakes;
+    std::lock_guard lock{state_->mutex};
+    if (state_->closed) throw channel_closed{};
+    std::forward<Fn>(fn)(state_->value);
+    ++state_->version;
+    wakes.take_all(state_->waiters);
+  }
+
+  /// A copy of the current value.
+  [[nodiscard]] T get() const {
+    std::lock_guard lock{state_->mutex};
+    return state_->value;
+  }
+
+  /// Closes the watch (idempotent) and wakes every waiting receiver.
+  void close() noexcept {
+    detail::wake_chain wakes;
+    std::lock_guard lock{state_->mutex};
+    state_->closed = true;
+    wakes.take_all(state_->waiters);
+  }
+
+  [[nodiscard]] bool is_closed() const noexcept {
+    std::lock_guard lock{state_->mutex};
+    return state_->closed;
+  }
+  /// Live receivers (a snapshot).
+  [[nodiscard]] std::size_t receiver_count() const noexcept {
+    std::lock_guard lock{state_->mutex};
+    return state_->receivers;
+  }
+
+ private:
+  std::shared_ptr<state_type> state_;
+};
+
+}  // namespace spindle
