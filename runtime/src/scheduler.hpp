@@ -74,6 +74,9 @@ class scheduler {
   static void drop_reference(task_header* task) noexcept;
   void report_detached_exception(task_header* task) noexcept;
   void abort(task_header* task) noexcept;
+  /// abort(), destroying the frame on the calling thread when the task is
+  /// queued or suspended in an awaiter that withdraws (task_abort_here).
+  abort_here_result abort_here(task_header* task) noexcept;
 
  private:
   void run_worker(worker* w);
@@ -89,6 +92,8 @@ class scheduler {
   task_header* steal_work(worker* w) noexcept;
   void run_task(worker* w, task_header* task) noexcept;
   void cancel_task(task_header* task, worker* w) noexcept;
+  /// Destroys the root frame if it is still there. The caller holds RUNNING.
+  static void destroy_frame(task_header* task) noexcept;
   void cancel_owned(task_header* task, worker* w) noexcept;
   void transition_from_searching(worker* w) noexcept;
   void park_worker(worker* w) noexcept;

@@ -12,4 +12,8 @@
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/stats.hpp"
+#include "spindle/stop_token.hpp"
 #include "spindle/task.hpp"
+#include "spindle/task_group.hpp"
+#include "spindle/when_all.hpp"
+#include "spindle/when_any.hpp"
