@@ -180,18 +180,24 @@ TEST(TaskGroup, NestedGroups) {
   EXPECT_EQ(rt.block_on(nested_sum(4, 4)), 256);
 }
 
+void fail_if(bool fail, int code) {
+  if (fail) throw custom_error(code);
+}
+
+task<void> failing_leaf(counts* c, bool fail) {
+  tracked t{*c};
+  co_await spindle::yield_now{};
+  fail_if(fail, 100);
+  co_await suspend_forever{};
+}
+
 task<void> nested_failing(counts* c, int depth, bool fail) {
   tracked t{*c};
   task_group g;
-  if (depth == 0) {
-    if (fail) {
-      co_await spindle::yield_now{};
-      throw custom_error(depth + 100);
-    }
-    co_await suspend_forever{};
+  for (int i = 0; i < 3; ++i) {
+    bool child_fails = fail && i == 2;
+    g.spawn(depth == 1 ? failing_leaf(c, child_fails) : nested_failing(c, depth - 1, child_fails));
   }
-  for (int i = 0; i < 3; ++i)
-    g.spawn(nested_failing(c, depth - 1, fail && i == 2));
   co_await g.join();
 }
 
