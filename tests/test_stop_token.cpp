@@ -92,7 +92,8 @@ TEST(StopToken, StopAbortsAQueuedTask) {
 TEST(StopToken, StopAfterFinishIsANoOp) {
   spindle::runtime rt{{.workers = 2}};
   std::stop_source stop;
-  auto h = spindle::spawn(rt, []() -> task<std::string> { co_return "kept"; }(), stop.get_token());
+  auto h = spindle::spawn(
+      rt, []() -> task<std::string> { co_return "kept"; }(), stop.get_token());
   ASSERT_TRUE(wait_until([&] { return h.is_finished(); }));
   stop.request_stop();
   h.abort();  // abort of a finished task: a no-op as well
@@ -118,8 +119,8 @@ TEST(StopToken, RunningTaskStopsAtItsNextSuspensionPoint) {
   std::stop_source stop;
   auto h = spindle::spawn(
       rt,
-      [](std::atomic<bool>* r, std::atomic<bool>* g, std::atomic<bool>* saw,
-         std::atomic<bool>* aft, counts* cp) -> task<int> {
+      [](std::atomic<bool>* r, std::atomic<bool>* g, std::atomic<bool>* saw, std::atomic<bool>* aft,
+         counts* cp) -> task<int> {
         tracked t{*cp};
         r->store(true);
         while (!g->load())
@@ -278,9 +279,9 @@ TEST(Cancellation, AbortAtEverySuspensionPoint) {
         gate g;
         std::atomic<int> steps{0};
         std::stop_source stop;
-        join_handle<int> h = by_stop ? spindle::spawn(rt, multi_step(&g, &c, &steps, n),
-                                                      stop.get_token())
-                                     : rt.spawn(multi_step(&g, &c, &steps, n));
+        join_handle<int> h =
+            by_stop ? spindle::spawn(rt, multi_step(&g, &c, &steps, n), stop.get_token())
+                    : rt.spawn(multi_step(&g, &c, &steps, n));
         for (int i = 0; i < k; ++i)
           ASSERT_TRUE(g.open()) << "step " << i << " never reached";
         std::string where = std::to_string(workers) + " workers, k=" + std::to_string(k) +

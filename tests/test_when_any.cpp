@@ -78,9 +78,9 @@ TEST(WhenAny, VariadicWinnerAndAbortedLosers) {
     spindle::runtime rt{{.workers = workers}};
     counts c;
     auto outer = [](counts* cp) -> task<int> {
-      auto r = co_await spindle::when_any(park_forever<int>(cp), spin_forever<std::string>(cp),
-                                          after_yields(std::string("win"), 3),
-                                          park_forever<double>(cp));
+      auto r =
+          co_await spindle::when_any(park_forever<int>(cp), spin_forever<std::string>(cp),
+                                     after_yields(std::string("win"), 3), park_forever<double>(cp));
       // Losers are gone before when_any returns.
       EXPECT_EQ(cp->alive(), 0);
       EXPECT_EQ(r.index, 2u);

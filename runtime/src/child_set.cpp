@@ -54,7 +54,7 @@ void child_set::on_complete(join_waiter* w) noexcept {
     if (!set->aborting_ && (failed || set->policy_ == abort_policy::on_first_done)) {
       set->abort_pending_locked();
     }
-    if (set->waiting_ != nullptr && set->satisfied(set->waiting_mode_)) {
+    if (set->waiting_ != nullptr && set->satisfied()) {
       wake_task = std::exchange(set->waiting_, nullptr);
     }
   }
@@ -69,18 +69,6 @@ bool child_set::on_cancel(void* arg) noexcept {
   // Still registered: withdraw (the parent's frame is destroyed at once).
   // Else a completion took the parent and its wake is on the way.
   return std::exchange(set->waiting_, nullptr) != nullptr;
-}
-
-bool child_set::satisfied(until mode) const noexcept {
-  switch (mode) {
-    case until::any:
-      return done_head_ != nullptr;
-    case until::all:
-      return pending_ == 0;
-    case until::all_or_failure:
-      return pending_ == 0 || first_failed_ != npos;
-  }
-  return true;
 }
 
 void child_set::unlink_pending(node* n) noexcept {
@@ -106,7 +94,7 @@ void child_set::push_done(node* n) noexcept {
 
 bool child_set::awaiter::await_ready() noexcept {
   std::lock_guard lock(set->mutex_);
-  return set->satisfied(mode);
+  return set->satisfied();
 }
 
 bool child_set::awaiter::await_suspend(std::coroutine_handle<> caller) {
@@ -116,12 +104,11 @@ bool child_set::awaiter::await_suspend(std::coroutine_handle<> caller) {
                             "spindle: when_all/when_any/task_group awaited outside a spindle task");
   }
   std::lock_guard lock(set->mutex_);
-  if (set->satisfied(mode)) {
+  if (set->satisfied()) {
     set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
     return false;
   }
   set->waiting_ = self;
-  set->waiting_mode_ = mode;
   set_cancel_hook(self, &child_set::on_cancel, set);
   return true;
 }

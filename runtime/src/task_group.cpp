@@ -23,7 +23,7 @@ void task_group::reap() noexcept {
 }
 
 task<void> task_group::join() {
-  co_await set_.wait(detail::child_set::until::all);
+  co_await set_.wait_all();
   reap();
   std::exception_ptr e;
   {

@@ -71,7 +71,7 @@ task<std::tuple<detail::result_t<Ts>...>> when_all(task<Ts>... tasks) {
   std::tuple<std::unique_ptr<detail::child<Ts>>...> children;
   detail::child_set set{detail::child_set::abort_policy::on_failure};
   detail::spawn_children(set, pending, children, std::index_sequence_for<Ts...>{});
-  co_await set.wait(detail::child_set::until::all);
+  co_await set.wait_all();
   if (std::size_t failed = set.first_failed_index(); failed != detail::child_set::npos) {
     std::rethrow_exception(
         detail::take_exception_at(children, failed, std::index_sequence_for<Ts...>{}));
@@ -90,7 +90,7 @@ task<std::vector<detail::result_t<T>>> when_all(std::vector<task<T>> tasks) {
   detail::child_set set{detail::child_set::abort_policy::on_failure};
   for (std::size_t i = 0; i < tasks.size(); ++i)
     children.push_back(detail::spawn_child(set, std::move(tasks[i]), i));
-  co_await set.wait(detail::child_set::until::all);
+  co_await set.wait_all();
   if (std::size_t failed = set.first_failed_index(); failed != detail::child_set::npos) {
     std::rethrow_exception(children[failed]->take_exception());
   }

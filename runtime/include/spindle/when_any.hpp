@@ -75,7 +75,7 @@ task<when_any_result<std::variant<detail::result_t<Ts>...>>> when_any(task<Ts>..
   std::tuple<std::unique_ptr<detail::child<Ts>>...> children;
   detail::child_set set{detail::child_set::abort_policy::on_first_done};
   detail::spawn_children(set, pending, children, std::index_sequence_for<Ts...>{});
-  co_await set.wait(detail::child_set::until::all);
+  co_await set.wait_all();
   std::size_t winner = set.first_done_index();
   co_return when_any_result<variant_type>{winner,
                                           detail::take_winner<variant_type, 0>(children, winner)};
@@ -96,7 +96,7 @@ task<when_any_result<detail::result_t<T>>> when_any(std::vector<task<T>> tasks) 
   detail::child_set set{detail::child_set::abort_policy::on_first_done};
   for (std::size_t i = 0; i < tasks.size(); ++i)
     children.push_back(detail::spawn_child(set, std::move(tasks[i]), i));
-  co_await set.wait(detail::child_set::until::all);
+  co_await set.wait_all();
   std::size_t winner = set.first_done_index();
   co_return when_any_result<detail::result_t<T>>{winner, children[winner]->take()};
 }

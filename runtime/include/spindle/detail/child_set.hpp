@@ -6,8 +6,10 @@
 // Shape: every child has a node (owned by the caller: the caller keeps the
 // child's join_handle next to it) registered as the join waiter of the
 // child's task header. A completion moves the node from the pending list to
-// the done list (completion order) and, when the parent's wait condition
-// holds, wakes the parent. No allocation: the lists are intrusive.
+// the done list (completion order) and, when it was the last pending one,
+// wakes the parent waiting in wait_all(). The first completion that matches
+// the set's abort policy (a failure, or any completion) aborts the others. No allocation: the lists
+// are intrusive.
 //
 // Cancellation: the parent waits in an awaiter with a cancel hook, so
 // aborting the parent withdraws it; its frame is then destroyed and the
@@ -20,7 +22,7 @@
 // (its frame, and the buffer of its I/O, go at that completion).
 //
 // Thread-safety: watch(), abort_pending() and the completions may run on any
-// thread; wait(), pop_done() and close() are called by the owner (one task
+// thread; wait_all(), pop_done() and close() are called by the owner (one task
 // or thread at a time).
 // Design source: the intrusive waiter lists of detail/wait_list.hpp; Tokio's
 // JoinSet (a set of join handles polled for the next completion).
@@ -69,13 +71,6 @@ class child_set {
     std::exception_ptr (*collect)(node* self) noexcept = nullptr;
   };
 
-  /// What wait() waits for.
-  enum class until : std::uint8_t {
-    any,             ///< a node in the done list
-    all,             ///< no child pending
-    all_or_failure,  ///< no child pending, or a child failed
-  };
-
   /// Which completion aborts the other children (from the completing thread,
   /// at once, whether or not the parent is waiting).
   enum class abort_policy : std::uint8_t {
@@ -102,14 +97,13 @@ class child_set {
 
   struct awaiter {
     child_set* set;
-    until mode;
     bool await_ready() noexcept;
     /// Throws std::system_error(operation_not_permitted) outside a spindle task.
     bool await_suspend(std::coroutine_handle<> caller);
     void await_resume() const noexcept {}
   };
-  /// Suspends the calling task until the condition holds.
-  [[nodiscard]] awaiter wait(until mode) noexcept { return awaiter{this, mode}; }
+  /// Suspends the calling task until no child is pending.
+  [[nodiscard]] awaiter wait_all() noexcept { return awaiter{this}; }
 
   /// Aborts (join_handle::abort) every pending child; children watched from
   /// now on are reported as abort_child, until reset(). Also done by a
@@ -137,7 +131,7 @@ class child_set {
  private:
   static void on_complete(join_waiter* w) noexcept;
   static bool on_cancel(void* arg) noexcept;
-  [[nodiscard]] bool satisfied(until mode) const noexcept;
+  [[nodiscard]] bool satisfied() const noexcept { return pending_ == 0; }
   void unlink_pending(node* n) noexcept;
   void push_done(node* n) noexcept;
   void abort_pending_locked() noexcept;
@@ -152,8 +146,7 @@ class child_set {
   abort_policy policy_;
   bool aborting_ = false;
   bool closed_ = false;
-  task_header* waiting_ = nullptr;  ///< the parent, while suspended in wait()
-  until waiting_mode_ = until::all;
+  task_header* waiting_ = nullptr;  ///< the parent, while suspended in wait_all()
 };
 
 /// Aborts `task` and returns once its frame is destroyed (on this thread
