@@ -72,7 +72,7 @@ struct stop_here {
 
 /// The root task spawn(t, token) runs: aborts itself on stop, runs `inner`.
 template <class T>
-task<T> abort_on_stop(task<T> inner, std::stop_token token) {
+SPINDLE_COROUTINE_TEMPLATE task<T> abort_on_stop(task<T> inner, std::stop_token token) {
   task_header* self = current_task();
   // Runs at once (here, on this thread) when stop was already requested.
   std::stop_callback on_stop{token, [self]() noexcept { task_abort(self); }};

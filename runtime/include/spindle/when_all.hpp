@@ -64,7 +64,7 @@ std::tuple<result_t<Ts>...> take_all(std::tuple<std::unique_ptr<child<Ts>>...>& 
 /// Runs every task concurrently; yields a tuple of their results (see the
 /// file comment).
 template <class... Ts>
-task<std::tuple<detail::result_t<Ts>...>> when_all(task<Ts>... tasks) {
+SPINDLE_COROUTINE_TEMPLATE task<std::tuple<detail::result_t<Ts>...>> when_all(task<Ts>... tasks) {
   (detail::check_child(tasks, "spindle::when_all: empty task"), ...);
   std::tuple<task<Ts>...> pending{std::move(tasks)...};
   // Declared before the set: destroyed after close() returned.
@@ -82,7 +82,8 @@ task<std::tuple<detail::result_t<Ts>...>> when_all(task<Ts>... tasks) {
 /// Runs every task of `tasks` concurrently; yields their results in order
 /// (see the file comment). An empty vector yields an empty vector.
 template <class T>
-task<std::vector<detail::result_t<T>>> when_all(std::vector<task<T>> tasks) {
+SPINDLE_COROUTINE_TEMPLATE task<std::vector<detail::result_t<T>>> when_all(
+    std::vector<task<T>> tasks) {
   for (auto const& t : tasks)
     detail::check_child(t, "spindle::when_all: empty task");
   std::vector<std::unique_ptr<detail::child<T>>> children;

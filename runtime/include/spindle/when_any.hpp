@@ -66,7 +66,8 @@ V take_winner(std::tuple<std::unique_ptr<child<Ts>>...>& children, std::size_t w
 /// Runs every task concurrently; yields the first to finish (see the file
 /// comment).
 template <class... Ts>
-task<when_any_result<std::variant<detail::result_t<Ts>...>>> when_any(task<Ts>... tasks) {
+SPINDLE_COROUTINE_TEMPLATE task<when_any_result<std::variant<detail::result_t<Ts>...>>> when_any(
+    task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0, "spindle::when_any needs at least one task");
   using variant_type = std::variant<detail::result_t<Ts>...>;
   (detail::check_child(tasks, "spindle::when_any: empty task"), ...);
@@ -84,7 +85,8 @@ task<when_any_result<std::variant<detail::result_t<Ts>...>>> when_any(task<Ts>..
 /// Runs every task of `tasks` concurrently; yields the first to finish and
 /// its position (see the file comment).
 template <class T>
-task<when_any_result<detail::result_t<T>>> when_any(std::vector<task<T>> tasks) {
+SPINDLE_COROUTINE_TEMPLATE task<when_any_result<detail::result_t<T>>> when_any(
+    std::vector<task<T>> tasks) {
   if (tasks.empty()) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle::when_any: no tasks");
