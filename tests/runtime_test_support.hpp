@@ -17,9 +17,11 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "spindle/detail/task_header.hpp"
 #include "spindle/join_handle.hpp"
@@ -134,13 +136,76 @@ class tracked {
 // Awaitables
 
 /// Suspends the current spindle task and never wakes it (a task "parked"
-/// forever). Outside a spindle task it does not suspend.
+/// forever). Outside a spindle task it does not suspend. Nothing will wake
+/// it, so abort() withdraws it at once (its hook always detaches).
 struct suspend_forever {
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> h) const noexcept {
-    return spindle::detail::suspend_current(h) != nullptr;
+    spindle::detail::task_header* self = spindle::detail::suspend_current(h);
+    if (self == nullptr) return false;
+    spindle::detail::set_cancel_hook(
+        self, +[](void*) noexcept { return true; }, nullptr);
+    return true;
   }
   void await_resume() const noexcept {}
+};
+
+/// A gate one task at a time waits at; open() (any thread) waits until a
+/// task is waiting and lets it through. Aborting the waiting task withdraws
+/// it (cancel hook), so a task waiting here is destroyed at once by abort().
+class gate {
+ public:
+  /// Waits (bounded) for a waiter and wakes it; false on timeout.
+  bool open(std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (waiter_ != nullptr) {
+          spindle::detail::task_header* t = std::exchange(waiter_, nullptr);
+          ++opened_;
+          spindle::detail::wake(t);
+          return true;
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+  }
+  [[nodiscard]] bool has_waiter() {
+    std::lock_guard lock(mutex_);
+    return waiter_ != nullptr;
+  }
+  [[nodiscard]] long opened() {
+    std::lock_guard lock(mutex_);
+    return opened_;
+  }
+
+  struct awaiter {
+    gate* g;
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) const {
+      spindle::detail::task_header* self = spindle::detail::suspend_current(h);
+      if (self == nullptr) throw std::logic_error("gate awaited outside a spindle task");
+      std::lock_guard lock(g->mutex_);
+      if (g->waiter_ != nullptr) throw std::logic_error("gate: two waiters");
+      g->waiter_ = self;
+      spindle::detail::set_cancel_hook(self, &gate::withdraw, g);
+      return true;
+    }
+    void await_resume() const noexcept {}
+  };
+  awaiter operator co_await() noexcept { return awaiter{this}; }
+
+ private:
+  static bool withdraw(void* arg) noexcept {
+    auto* g = static_cast<gate*>(arg);
+    std::lock_guard lock(g->mutex_);
+    return std::exchange(g->waiter_, nullptr) != nullptr;
+  }
+  std::mutex mutex_;
+  spindle::detail::task_header* waiter_ = nullptr;
+  long opened_ = 0;
 };
 
 /// A reusable single-waiter event built on detail::wake: set() wakes the task

@@ -144,9 +144,14 @@ scheduler::~scheduler() {
       task->cancelled_before_finish = true;
       root.destroy();
     }
+    // Completed without notifying its join waiter: clearing JOIN_WAKER tells
+    // a waiter that polls the state (detail::child_set::close) that no
+    // notify will come.
     std::uint64_t s = task->state.load(std::memory_order_relaxed);
     while (!task->state.compare_exchange_weak(
-        s, (s & ~(sb::scheduled | sb::running | sb::notified)) | sb::complete | sb::cancelled,
+        s,
+        (s & ~(sb::scheduled | sb::running | sb::notified | sb::join_waker)) | sb::complete |
+            sb::cancelled,
         std::memory_order_acq_rel)) {
     }
     if (lifecycle_.complete_one()) observe_termination();
@@ -269,8 +274,20 @@ void scheduler::run_worker(worker* w) {
 
 void scheduler::run_task(worker* w, task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
-  while (!task->state.compare_exchange_weak(s, (s & ~sb::scheduled) | sb::running,
-                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+  for (;;) {
+    if ((s & sb::running) != 0) {
+      // Queued, but abort_here holds it and is destroying its frame: hand
+      // the queue entry back (clear SCHEDULED); abort_here completes it.
+      if (task->state.compare_exchange_weak(s, s & ~sb::scheduled, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return;
+      }
+      continue;
+    }
+    if (task->state.compare_exchange_weak(s, (s & ~sb::scheduled) | sb::running,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      break;
+    }
   }
   if ((s & sb::cancelled) != 0) {
     cancel_task(task, w);
@@ -310,11 +327,7 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
 }
 
 void scheduler::cancel_task(task_header* task, worker* w) noexcept {
-  if (task->root) {
-    auto root = std::exchange(task->root, {});
-    task->cancelled_before_finish = true;
-    root.destroy();  // destructors of the whole await chain run here
-  }
+  destroy_frame(task);
   complete(task, w);
 }
 
@@ -340,6 +353,76 @@ void scheduler::abort(task_header* task) noexcept {
       cancel_owned(task, nullptr);
       return;
     }
+  }
+}
+
+abort_here_result scheduler::abort_here(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0) return abort_here_result::gone;
+    if ((s & sb::running) != 0) {
+      // Polled on another thread (its poll's end destroys it), or held for
+      // a moment by another abort: mark it, the caller retries.
+      if ((s & sb::cancelled) != 0 ||
+          task->state.compare_exchange_weak(s, s | sb::cancelled, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return abort_here_result::running;
+      }
+      continue;
+    }
+    if ((s & (sb::scheduled | sb::cancelled)) == sb::cancelled) {
+      // Suspended, and an earlier abort's hook said its wake is still coming.
+      return abort_here_result::pending;
+    }
+    // Queued or suspended: hold it (RUNNING) so that nobody polls, resumes or
+    // destroys it meanwhile.
+    if (task->state.compare_exchange_weak(s, s | sb::cancelled | sb::running,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      break;
+    }
+  }
+  if ((s & sb::scheduled) != 0) {
+    // Queued: destroy the frame now; the queue entry stays, and the poll that
+    // pops it finds CANCELLED and no frame and completes the task. If that
+    // poll came while we held the task, it handed the entry back by clearing
+    // SCHEDULED: then we complete it.
+    destroy_frame(task);
+    s = task->state.load(std::memory_order_acquire);
+    for (;;) {
+      if ((s & sb::scheduled) == 0) {
+        complete(task, nullptr);
+        return abort_here_result::gone;
+      }
+      if (task->state.compare_exchange_weak(s, s & ~(sb::running | sb::notified),
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return abort_here_result::gone;
+      }
+    }
+  }
+  // Suspended: withdraw it from its waker, as abort() does.
+  bool (*fn)(void*) noexcept = task->cancel_fn;
+  if (fn != nullptr && !fn(task->cancel_arg)) {
+    // Its wake is still coming. If it came while we held the task (NOTIFIED),
+    // nothing else will wake it: finish here. Else leave it to that wake.
+    s = task->state.load(std::memory_order_acquire);
+    for (;;) {
+      if ((s & sb::notified) != 0) break;
+      if (task->state.compare_exchange_weak(s, s & ~sb::running, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return abort_here_result::pending;
+      }
+    }
+  }
+  destroy_frame(task);
+  complete(task, nullptr);
+  return abort_here_result::gone;
+}
+
+void scheduler::destroy_frame(task_header* task) noexcept {
+  if (task->root) {
+    auto root = std::exchange(task->root, {});
+    task->cancelled_before_finish = true;
+    root.destroy();  // destructors of the whole await chain run here
   }
 }
 

@@ -77,6 +77,9 @@ class scheduler final : public core_platform {
   static void drop_reference(task_header* task) noexcept;
   void report_detached_exception(task_header* task) noexcept;
   void abort(task_header* task) noexcept;
+  /// abort(), destroying the frame on the calling thread when the task is
+  /// queued or suspended in an awaiter that withdraws (task_abort_here).
+  abort_here_result abort_here(task_header* task) noexcept;
 
   // Timers (timer.cpp).
   /// Arms `e` on the calling worker's wheel (round-robin from other threads).
@@ -97,6 +100,8 @@ class scheduler final : public core_platform {
   void kick_block_on_sleeper() noexcept;
   void run_task(worker* w, task_header* task) noexcept;
   void cancel_task(task_header* task, worker* w) noexcept;
+  /// Destroys the root frame if it is still there. The caller holds RUNNING.
+  static void destroy_frame(task_header* task) noexcept;
   void cancel_owned(task_header* task, worker* w) noexcept;
   void park_worker(worker* w) noexcept;
   void observe_termination() noexcept;

@@ -114,6 +114,11 @@ void task_abort(task_header* task) noexcept {
   task->sched->abort(task);
 }
 
+abort_here_result task_abort_here(task_header* task) noexcept {
+  if (task_is_complete(task)) return abort_here_result::gone;
+  return task->sched->abort_here(task);
+}
+
 task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise) {
   return sched->spawn(root, promise);
 }

@@ -24,6 +24,18 @@
 
 #include "spindle/detail/frame_pool.hpp"
 
+/// Put on coroutine templates in headers (external linkage). clang's
+/// -fsanitize=function (part of -fsanitize=undefined) fails to compile them
+/// with clang 14 ("error: Cannot represent a difference across sections":
+/// its prologue data refers across the comdat sections of the split
+/// coroutine); those coroutines opt out of that one check. Only coroutines
+/// need it; other code keeps the check.
+#if defined(__clang__)
+#define SPINDLE_COROUTINE_TEMPLATE [[clang::no_sanitize("function")]]
+#else
+#define SPINDLE_COROUTINE_TEMPLATE
+#endif
+
 namespace spindle {
 
 template <class T = void>

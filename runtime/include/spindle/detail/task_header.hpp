@@ -112,6 +112,28 @@ void join_detach(task_header* task) noexcept;
 /// Requests cancellation (join_handle::abort).
 void task_abort(task_header* task) noexcept;
 
+/// What task_abort_here achieved.
+enum class abort_here_result : std::uint8_t {
+  gone,     ///< the frame is destroyed (here, or before the call) or the task had finished
+  running,  ///< being polled on another thread (or held there for a moment): its
+            ///< poll's end destroys it; call again to see where it stands
+  pending,  ///< suspended in an awaiter that cannot withdraw (I/O being cancelled):
+            ///< the frame is destroyed at that operation's wake, on a worker
+};
+
+/// Cancels `task` like task_abort, but destroys its frame on the calling
+/// thread, before returning, when the task is queued (the queue entry is left
+/// behind and completes it when popped) or suspended in an awaiter that
+/// withdraws. Used by scopes that must not return while a child's frame
+/// still exists (task_group's destructor, when_all/when_any aborted).
+/// Must not be called on the calling thread's own current task.
+abort_here_result task_abort_here(task_header* task) noexcept;
+
+/// True once the task was asked to stop (abort() or runtime shutdown).
+[[nodiscard]] inline bool task_is_cancelled(task_header const* task) noexcept {
+  return (task->state.load(std::memory_order_acquire) & state_bits::cancelled) != 0;
+}
+
 [[nodiscard]] inline bool task_is_complete(task_header const* task) noexcept {
   return (task->state.load(std::memory_order_acquire) & state_bits::complete) != 0;
 }

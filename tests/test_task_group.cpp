@@ -1,0 +1,418 @@
+// Tests of spindle::task_group: many children across workers, the first
+// exception aborting the siblings and being rethrown at join(), nested
+// groups, children spawning siblings, abort_all, reuse, destruction without
+// join (children's frames destroyed before the destructor returns, whether
+// they are queued, suspended or running), the awaiting task being aborted,
+// runtime shutdown with a group pending, and misuse errors.
+#include "spindle/task_group.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "runtime_test_support.hpp"
+#include "spindle/errors.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/task.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::task;
+using spindle::task_group;
+using spindle_test::counts;
+using spindle_test::gate;
+using spindle_test::suspend_forever;
+using spindle_test::tracked;
+
+auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
+    new spindle_test::watchdog_environment(spindle_test::stall_limit(20)));
+
+struct custom_error : std::runtime_error {
+  explicit custom_error(int c) : std::runtime_error("custom error " + std::to_string(c)), code(c) {}
+  int code;
+};
+
+task<int> add_after_yields(std::atomic<long>* sum, int v, int yields) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now{};
+  sum->fetch_add(v);
+  co_return v;
+}
+
+task<void> throw_after_yields(int code, int yields) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now{};
+  throw custom_error(code);
+}
+
+task<void> park_forever(counts* c) {
+  tracked t{*c};
+  co_await suspend_forever{};
+}
+
+task<void> spin_forever(counts* c) {
+  tracked t{*c};
+  for (;;)
+    co_await spindle::yield_now{};
+}
+
+TEST(TaskGroup, ThousandChildrenOnFourWorkers) {
+  spindle::runtime rt{{.workers = 4}};
+  std::atomic<long> sum{0};
+  auto outer = [](std::atomic<long>* s) -> task<std::size_t> {
+    task_group g;
+    for (int i = 1; i <= 1000; ++i)
+      g.spawn(add_after_yields(s, i, i % 4));
+    co_await g.join();
+    co_return g.size();
+  };
+  EXPECT_EQ(rt.block_on(outer(&sum)), 0u);
+  EXPECT_EQ(sum.load(), 1000L * 1001 / 2);
+}
+
+TEST(TaskGroup, EmptyJoinReturnsAtOnce) {
+  spindle::runtime rt{{.workers = 1}};
+  auto outer = []() -> task<int> {
+    task_group g;
+    co_await g.join();
+    co_await g.join();
+    co_return 1;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 1);
+}
+
+TEST(TaskGroup, FirstExceptionAbortsSiblingsAndIsRethrownAtJoin) {
+  for (std::size_t workers : {1u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    auto outer = [](counts* cp) -> task<int> {
+      task_group g;
+      for (int i = 0; i < 20; ++i)
+        g.spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
+      g.spawn(throw_after_yields(5, 3));
+      try {
+        co_await g.join();
+      } catch (custom_error const& e) {
+        // Every sibling is aborted and its frame destroyed by now.
+        EXPECT_EQ(cp->alive(), 0);
+        EXPECT_EQ(g.size(), 0u);
+        co_return e.code;
+      }
+      co_return -1;
+    };
+    EXPECT_EQ(rt.block_on(outer(&c)), 5) << workers << " workers";
+  }
+}
+
+TEST(TaskGroup, FailureAbortsSiblingsBeforeJoinIsAwaited) {
+  // The owner is busy elsewhere (waits at a gate): the failure aborts the
+  // siblings at once, not only when join() runs.
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  gate owner_gate;
+  auto outer = [](counts* cp, gate* og) -> task<int> {
+    task_group g;
+    g.spawn(park_forever(cp));
+    g.spawn(spin_forever(cp));
+    g.spawn(throw_after_yields(3, 2));
+    co_await *og;
+    EXPECT_EQ(cp->alive(), 0);
+    try {
+      co_await g.join();
+    } catch (custom_error const& e) {
+      co_return e.code;
+    }
+    co_return -1;
+  };
+  auto h = rt.spawn(outer(&c, &owner_gate));
+  ASSERT_TRUE(spindle_test::wait_until([&] { return owner_gate.has_waiter(); }));
+  ASSERT_TRUE(spindle_test::wait_until([&] { return c.constructed.load() == c.destroyed.load(); }))
+      << "siblings were not aborted while the owner was away";
+  ASSERT_TRUE(owner_gate.open());
+  EXPECT_EQ(spindle_test::wait_and_take(h), 3);
+}
+
+TEST(TaskGroup, ChildrenSpawnSiblings) {
+  spindle::runtime rt{{.workers = 3}};
+  std::atomic<long> sum{0};
+  // Each child spawns two more until depth 0: 2^(d+1) - 1 children in all.
+  struct tree {
+    static task<void> grow(task_group* g, std::atomic<long>* s, int depth) {
+      s->fetch_add(1);
+      co_await spindle::yield_now{};
+      if (depth > 0) {
+        g->spawn(grow(g, s, depth - 1));
+        g->spawn(grow(g, s, depth - 1));
+      }
+    }
+  };
+  auto outer = [](std::atomic<long>* s) -> task<int> {
+    task_group g;
+    g.spawn(tree::grow(&g, s, 7));
+    co_await g.join();
+    co_return 1;
+  };
+  EXPECT_EQ(rt.block_on(outer(&sum)), 1);
+  EXPECT_EQ(sum.load(), 255);
+}
+
+task<long> nested_sum(int fanout, int depth) {
+  if (depth == 0) co_return 1;
+  std::atomic<long> sum{0};
+  {
+    task_group g;
+    for (int i = 0; i < fanout; ++i)
+      g.spawn([](std::atomic<long>* s, int f, int d) -> task<void> {
+        s->fetch_add(co_await nested_sum(f, d));
+      }(&sum, fanout, depth - 1));
+    co_await g.join();
+  }
+  co_return sum.load();
+}
+
+TEST(TaskGroup, NestedGroups) {
+  spindle::runtime rt{{.workers = 4}};
+  EXPECT_EQ(rt.block_on(nested_sum(4, 4)), 256);
+}
+
+void fail_if(bool fail, int code) {
+  if (fail) throw custom_error(code);
+}
+
+task<void> failing_leaf(counts* c, bool fail) {
+  tracked t{*c};
+  co_await spindle::yield_now{};
+  fail_if(fail, 100);
+  co_await suspend_forever{};
+}
+
+task<void> nested_failing(counts* c, int depth, bool fail) {
+  tracked t{*c};
+  task_group g;
+  for (int i = 0; i < 3; ++i) {
+    bool child_fails = fail && i == 2;
+    g.spawn(depth == 1 ? failing_leaf(c, child_fails) : nested_failing(c, depth - 1, child_fails));
+  }
+  co_await g.join();
+}
+
+TEST(TaskGroup, NestedFailureCancelsCousins) {
+  // One leaf fails; the exception climbs through every join; all the other
+  // leaves (suspended forever, in other subtrees) are cancelled.
+  spindle::runtime rt{{.workers = 4}};
+  counts c;
+  auto outer = [](counts* cp) -> task<int> {
+    try {
+      co_await nested_failing(cp, 3, true);
+    } catch (custom_error const& e) {
+      EXPECT_EQ(cp->alive(), 0);
+      co_return e.code;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(outer(&c)), 100);
+  EXPECT_EQ(c.constructed.load(), c.destroyed.load());
+}
+
+TEST(TaskGroup, AbortAllIsNotAnError) {
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  auto outer = [](counts* cp) -> task<int> {
+    task_group g;
+    for (int i = 0; i < 10; ++i)
+      g.spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
+    co_await spindle::yield_now{};
+    g.abort_all();
+    co_await g.join();  // no exception
+    EXPECT_EQ(cp->alive(), 0);
+    // Reusable after join.
+    std::atomic<long> sum{0};
+    g.spawn(add_after_yields(&sum, 2, 1));
+    co_await g.join();
+    co_return static_cast<int>(sum.load());
+  };
+  EXPECT_EQ(rt.block_on(outer(&c)), 2);
+}
+
+TEST(TaskGroup, ReusableAfterAnException) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<long> {
+    task_group g;
+    g.spawn(throw_after_yields(1, 0));
+    try {
+      co_await g.join();
+    } catch (custom_error const&) {
+    }
+    std::atomic<long> sum{0};
+    for (int i = 0; i < 10; ++i)
+      g.spawn(add_after_yields(&sum, 1, i % 3));
+    co_await g.join();
+    co_return sum.load();
+  };
+  EXPECT_EQ(rt.block_on(outer()), 10);
+}
+
+/// Spawns children of every kind into a group that is destroyed without
+/// join by an exception; the children use `local`, which dies right after
+/// the group.
+task<int> unwind_without_join(counts* c, std::atomic<int>* ran, int spawn_count) {
+  std::atomic<int> local{0};  // outlives the group by one statement only
+  try {
+    task_group g;
+    for (int i = 0; i < spawn_count; ++i) {
+      switch (i % 3) {
+        case 0:
+          g.spawn([](counts* cp, std::atomic<int>* l, std::atomic<int>* r) -> task<void> {
+            tracked t{*cp};
+            r->fetch_add(1);
+            l->fetch_add(1);
+            co_await suspend_forever{};
+          }(c, &local, ran));
+          break;
+        case 1:
+          g.spawn([](counts* cp, std::atomic<int>* l, std::atomic<int>* r) -> task<void> {
+            tracked t{*cp};
+            r->fetch_add(1);
+            for (;;) {
+              l->fetch_add(1);
+              co_await spindle::yield_now{};
+            }
+          }(c, &local, ran));
+          break;
+        default:
+          g.spawn([](counts* cp, std::atomic<int>* l) -> task<void> {
+            tracked t{*cp};
+            // Its destructor-time use of `local` must happen before the group dies.
+            struct toucher {
+              std::atomic<int>* l;
+              ~toucher() { l->fetch_add(1); }
+            } touch{l};
+            co_await suspend_forever{};
+          }(c, &local));
+          break;
+      }
+    }
+    co_await spindle::yield_now{};
+    throw custom_error(1);
+  } catch (custom_error const&) {
+    // The group is destroyed: every child frame is gone already.
+    EXPECT_EQ(c->alive(), 0);
+    EXPECT_EQ(c->constructed.load(), c->destroyed.load());
+  }
+  int seen = local.load();
+  co_return seen;
+}
+
+TEST(TaskGroup, DestroyedWithoutJoinDestroysChildrenFirst) {
+  for (std::size_t workers : {1u, 2u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    for (int round = 0; round < 20; ++round) {
+      counts c;
+      std::atomic<int> ran{0};
+      (void)rt.block_on(unwind_without_join(&c, &ran, 1 + round % 9));
+      EXPECT_EQ(c.alive(), 0);
+      spindle_test::progress();
+    }
+    // Children destroyed while queued complete when a worker pops their
+    // (frameless) queue entry.
+    EXPECT_TRUE(spindle_test::wait_until([&] { return rt.stats().tasks_alive == 0; }));
+  }
+}
+
+TEST(TaskGroup, QueuedChildrenNeverRunAfterDestruction) {
+  // One worker, busy with the owner: the children are still queued when the
+  // group dies, so none of their code ever runs.
+  spindle::runtime rt{{.workers = 1}};
+  std::atomic<int> ran{0};
+  auto outer = [](std::atomic<int>* r) -> task<int> {
+    {
+      task_group g;
+      for (int i = 0; i < 10; ++i)
+        g.spawn([](std::atomic<int>* rr) -> task<void> {
+          rr->fetch_add(1);
+          co_return;
+        }(r));
+    }
+    co_await spindle::yield_now{};
+    co_await spindle::yield_now{};
+    co_return r->load();
+  };
+  // Not block_on: its thread could run the owner while the worker runs the
+  // children.
+  EXPECT_EQ(spindle_test::run_on_worker(rt, outer(&ran)), 0);
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST(TaskGroup, AbortingTheOwnerCancelsTheChildren) {
+  for (std::size_t workers : {1u, 3u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    auto outer = [](counts* cp) -> task<int> {
+      task_group g;
+      for (int i = 0; i < 6; ++i)
+        g.spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
+      co_await g.join();
+      co_return 1;
+    };
+    auto h = rt.spawn(outer(&c));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return c.constructed.load() == 6; }));
+    h.abort();
+    EXPECT_THROW(spindle_test::wait_and_take(h), spindle::task_cancelled);
+    EXPECT_EQ(c.alive(), 0) << workers << " workers";
+  }
+}
+
+TEST(TaskGroup, RuntimeShutdownWithAGroupPending) {
+  // The owner waits in join() and its children wait forever when the
+  // runtime is destroyed: shutdown destroys everything without hanging.
+  counts c;
+  std::atomic<bool> joined{false};
+  spindle::join_handle<int> h;
+  {
+    spindle::runtime rt{{.workers = 2}};
+    auto outer = [](counts* cp, std::atomic<bool>* j) -> task<int> {
+      task_group g;
+      for (int i = 0; i < 8; ++i)
+        g.spawn(park_forever(cp));
+      j->store(true);
+      co_await g.join();
+      co_return 1;
+    };
+    h = rt.spawn(outer(&c, &joined));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return joined.load() && c.constructed == 8; }));
+  }
+  EXPECT_EQ(c.alive(), 0);
+  EXPECT_THROW((void)h.take(), spindle::task_cancelled);
+}
+
+TEST(TaskGroup, MisuseErrors) {
+  task_group outside;
+  auto code_of = [](auto fn) {
+    try {
+      fn();
+    } catch (std::system_error const& e) {
+      return e.code();
+    }
+    return std::error_code{};
+  };
+  EXPECT_EQ(code_of([&] { outside.spawn([]() -> task<void> { co_return; }()); }),
+            std::errc::operation_not_permitted);
+  EXPECT_EQ(code_of([&] { outside.spawn(task<int>{}); }), std::errc::invalid_argument);
+  bool refused = false;
+  [](task_group* g, bool* r) -> spindle_test::eager {
+    try {
+      co_await g->join();
+    } catch (std::system_error const& e) {
+      *r = e.code() == std::errc::operation_not_permitted;
+    }
+  }(&outside, &refused);
+  // Nothing pending: join is ready without suspending, so it succeeds.
+  EXPECT_FALSE(refused);
+}
+
+}  // namespace

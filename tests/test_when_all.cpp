@@ -1,0 +1,319 @@
+// Tests of spindle::when_all: results in argument order (variadic and
+// vector forms, void and move-only results), real concurrency, the first
+// exception cancelling and awaiting the siblings, cancellation of the
+// awaiting task, and misuse errors.
+#include "spindle/when_all.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+#include "runtime_test_support.hpp"
+#include "spindle/errors.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/task.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::task;
+using spindle_test::counts;
+using spindle_test::gate;
+using spindle_test::suspend_forever;
+using spindle_test::tracked;
+
+auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
+    new spindle_test::watchdog_environment(spindle_test::stall_limit(20)));
+
+struct custom_error : std::runtime_error {
+  explicit custom_error(int c) : std::runtime_error("custom error " + std::to_string(c)), code(c) {}
+  int code;
+};
+
+/// Yields `yields` times, then returns `v`.
+template <class T>
+task<T> after_yields(T v, int yields) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now{};
+  co_return v;
+}
+
+task<void> count_after_yields(std::atomic<int>* counter, int yields) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now{};
+  counter->fetch_add(1);
+}
+
+task<int> throw_after_yields(int code, int yields) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now{};
+  throw custom_error(code);
+  co_return 0;
+}
+
+/// Holds a tracked object and never finishes: only abort ends it.
+task<int> park_forever(counts* c) {
+  tracked t{*c};
+  co_await suspend_forever{};
+  co_return 1;
+}
+
+/// Holds a tracked object and yields forever (it is running or queued when
+/// aborted, never suspended in an awaiter).
+task<int> spin_forever(counts* c) {
+  tracked t{*c};
+  for (;;)
+    co_await spindle::yield_now{};
+}
+
+TEST(WhenAll, VariadicResultsInArgumentOrder) {
+  for (std::size_t workers : {1u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    auto outer = []() -> task<int> {
+      // The later arguments finish first.
+      auto [a, b, c, d] =
+          co_await spindle::when_all(after_yields(1, 30), after_yields(std::string("two"), 10),
+                                     after_yields(3.5, 0), []() -> task<void> { co_return; }());
+      EXPECT_EQ(a, 1);
+      EXPECT_EQ(b, "two");
+      EXPECT_EQ(c, 3.5);
+      static_assert(std::is_same_v<decltype(d), std::monostate>);
+      co_return a;
+    };
+    EXPECT_EQ(rt.block_on(outer()), 1);
+    EXPECT_EQ(spindle_test::run_on_worker(rt, outer()), 1);
+  }
+}
+
+TEST(WhenAll, EmptyVariadicAndEmptyVector) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<std::size_t> {
+    std::tuple<> none = co_await spindle::when_all();
+    (void)none;
+    std::vector<int> v = co_await spindle::when_all(std::vector<task<int>>{});
+    co_return v.size();
+  };
+  EXPECT_EQ(rt.block_on(outer()), 0u);
+}
+
+TEST(WhenAll, VectorResultsInOrder) {
+  spindle::runtime rt{{.workers = 4}};
+  auto outer = []() -> task<bool> {
+    constexpr int n = 200;
+    std::vector<task<int>> tasks;
+    for (int i = 0; i < n; ++i)
+      tasks.push_back(after_yields(i * 7, (n - i) % 13));
+    std::vector<int> out = co_await spindle::when_all(std::move(tasks));
+    EXPECT_EQ(out.size(), static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i)
+      EXPECT_EQ(out[static_cast<std::size_t>(i)], i * 7) << i;
+    co_return true;
+  };
+  EXPECT_TRUE(rt.block_on(outer()));
+}
+
+TEST(WhenAll, VoidTasksGiveMonostate) {
+  spindle::runtime rt{{.workers = 4}};
+  std::atomic<int> counter{0};
+  auto outer = [](std::atomic<int>* c) -> task<std::size_t> {
+    std::vector<task<void>> tasks;
+    for (int i = 0; i < 50; ++i)
+      tasks.push_back(count_after_yields(c, i % 5));
+    std::vector<std::monostate> out = co_await spindle::when_all(std::move(tasks));
+    auto [x, y] = co_await spindle::when_all(count_after_yields(c, 1), count_after_yields(c, 0));
+    static_assert(std::is_same_v<decltype(x), std::monostate>);
+    (void)x;
+    (void)y;
+    co_return out.size();
+  };
+  EXPECT_EQ(rt.block_on(outer(&counter)), 50u);
+  EXPECT_EQ(counter.load(), 52);
+}
+
+TEST(WhenAll, MoveOnlyResults) {
+  spindle::runtime rt{{.workers = 2}};
+  auto make = [](int v, int yields) -> task<std::unique_ptr<int>> {
+    for (int i = 0; i < yields; ++i)
+      co_await spindle::yield_now{};
+    co_return std::make_unique<int>(v);
+  };
+  auto outer = [make]() -> task<int> {
+    auto [p, q] = co_await spindle::when_all(make(4, 3), make(5, 0));
+    std::vector<task<std::unique_ptr<int>>> tasks;
+    tasks.push_back(make(6, 0));
+    tasks.push_back(make(7, 2));
+    auto v = co_await spindle::when_all(std::move(tasks));
+    co_return *p * 1000 + *q * 100 + *v[0] * 10 + *v[1];
+  };
+  EXPECT_EQ(rt.block_on(outer()), 4567);
+}
+
+TEST(WhenAll, ChildrenRunConcurrently) {
+  // The first child waits for the second: run one after the other, this
+  // would never finish. One worker: concurrency, not parallelism.
+  spindle::runtime rt{{.workers = 1}};
+  auto outer = []() -> task<int> {
+    gate g;
+    auto waiter = [](gate* gp) -> task<int> {
+      co_await *gp;
+      co_return 1;
+    };
+    auto opener = [](gate* gp) -> task<int> {
+      while (!gp->has_waiter())
+        co_await spindle::yield_now{};
+      gp->open();
+      co_return 2;
+    };
+    auto [a, b] = co_await spindle::when_all(waiter(&g), opener(&g));
+    co_return a + b;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 3);
+}
+
+TEST(WhenAll, ExceptionCancelsAndAwaitsSiblings) {
+  for (std::size_t workers : {1u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    auto outer = [](counts* cp) -> task<int> {
+      int code = 0;
+      try {
+        (void)co_await spindle::when_all(park_forever(cp), throw_after_yields(7, 5),
+                                         spin_forever(cp), park_forever(cp));
+      } catch (custom_error const& e) {
+        code = e.code;
+      }
+      // when_all returned: every sibling's frame is already destroyed.
+      EXPECT_EQ(cp->alive(), 0);
+      EXPECT_EQ(cp->constructed.load(), cp->destroyed.load());
+      co_return code;
+    };
+    EXPECT_EQ(rt.block_on(outer(&c)), 7) << workers << " workers";
+    EXPECT_EQ(c.alive(), 0);
+  }
+}
+
+TEST(WhenAll, VectorExceptionCancelsSiblings) {
+  spindle::runtime rt{{.workers = 4}};
+  counts c;
+  auto outer = [](counts* cp) -> task<int> {
+    std::vector<task<int>> tasks;
+    for (int i = 0; i < 40; ++i) {
+      if (i == 25) {
+        tasks.push_back(throw_after_yields(25, 3));
+      } else {
+        tasks.push_back(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
+      }
+    }
+    try {
+      (void)co_await spindle::when_all(std::move(tasks));
+    } catch (custom_error const& e) {
+      EXPECT_EQ(cp->alive(), 0);
+      co_return e.code;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(outer(&c)), 25);
+}
+
+TEST(WhenAll, FirstExceptionInCompletionOrderWins) {
+  spindle::runtime rt{{.workers = 2}};
+  auto outer = []() -> task<int> {
+    gate late;
+    auto slow_thrower = [](gate* g) -> task<int> {
+      co_await *g;  // never opened: aborted by the other failure
+      throw custom_error(1);
+    };
+    try {
+      (void)co_await spindle::when_all(slow_thrower(&late), throw_after_yields(2, 10));
+    } catch (custom_error const& e) {
+      co_return e.code;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 2);
+}
+
+TEST(WhenAll, AbortingTheAwaitingTaskCancelsTheChildren) {
+  for (std::size_t workers : {1u, 3u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    std::atomic<bool> started{false};
+    auto outer = [](counts* cp, std::atomic<bool>* s) -> task<int> {
+      tracked mine{*cp};
+      s->store(true);
+      auto [a, b, d] =
+          co_await spindle::when_all(park_forever(cp), spin_forever(cp), park_forever(cp));
+      co_return a + b + d;
+    };
+    auto h = rt.spawn(outer(&c, &started));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return started.load() && c.constructed >= 4; }));
+    h.abort();
+    EXPECT_THROW(spindle_test::wait_and_take(h), spindle::task_cancelled);
+    // The outer frame (and so when_all's) is destroyed only after the children.
+    EXPECT_EQ(c.alive(), 0) << workers << " workers";
+  }
+}
+
+TEST(WhenAll, MisuseErrors) {
+  spindle::runtime rt{{.workers = 1}};
+  auto outer = []() -> task<int> {
+    task<int> empty;
+    try {
+      (void)co_await spindle::when_all(after_yields(1, 0), std::move(empty));
+    } catch (std::system_error const& e) {
+      EXPECT_EQ(e.code(), std::errc::invalid_argument);
+      co_return 1;
+    }
+    co_return 0;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 1);
+
+  // Awaited outside any runtime: nothing can be spawned.
+  bool refused = false;
+  [](bool* r) -> spindle_test::eager {
+    try {
+      (void)co_await spindle::when_all(after_yields(1, 0));
+    } catch (std::system_error const& e) {
+      *r = e.code() == std::errc::operation_not_permitted;
+    }
+  }(&refused);
+  EXPECT_TRUE(refused);
+}
+
+TEST(WhenAll, ManyRoundsUnderLoad) {
+  spindle::runtime rt{{.workers = 4}};
+  counts c;
+  long rounds = spindle_test::scaled(400, 20);
+  auto outer = [](counts* cp, long n) -> task<long> {
+    long sum = 0;
+    for (long r = 0; r < n; ++r) {
+      if (r % 3 == 0) {
+        try {
+          (void)co_await spindle::when_all(spin_forever(cp), throw_after_yields(1, int(r % 4)),
+                                           park_forever(cp));
+        } catch (custom_error const&) {
+          EXPECT_EQ(cp->alive(), 0);
+        }
+      } else {
+        auto [a, b] = co_await spindle::when_all(after_yields(1, int(r % 3)), after_yields(2, 1));
+        sum += a + b;
+      }
+      spindle_test::progress();
+    }
+    co_return sum;
+  };
+  long expected = 0;
+  for (long r = 0; r < rounds; ++r)
+    if (r % 3 != 0) expected += 3;
+  EXPECT_EQ(rt.block_on(outer(&c, rounds)), expected);
+  EXPECT_EQ(c.alive(), 0);
+}
+
+}  // namespace
