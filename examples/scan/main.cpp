@@ -243,7 +243,7 @@ class scanner final : public scan::walk_sink {
     failed_.store(true);
     if (quiet_) return;
     if (err != 0) {
-      console_.error(path, std::system_category().message(err));
+      console_.error(path, scan::errno_text(err));
     } else {
       console_.error(path, what);
     }
@@ -251,7 +251,7 @@ class scanner final : public scan::walk_sink {
   void note_write(int err) {
     if (err != 0 && !write_failed_.exchange(true)) {
       failed_.store(true);
-      console_.message("write error: " + std::system_category().message(err));
+      console_.message("write error: " + scan::errno_text(err));
     }
   }
   void finish(slot* s, std::string_view path, std::uint64_t count, std::uint64_t bytes) {
@@ -295,16 +295,14 @@ spindle::task<void> scanner::scan_file(scanner* self, slot* s) {
   try {
     const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | (work.command_line ? 0 : O_NOFOLLOW);
     const std::string_view name = std::string_view(work.path).substr(work.name_at);
+    // Failures come back as an error code: no exception (and no message
+    // formatting) per retry while descriptors are short.
     spindle::io::file f;
+    std::error_code ec;
     for (bool tried_again = false;;) {
-      int open_err = 0;
-      try {
-        f = co_await spindle::io::file::open_at(work.dir.fd(), name, flags);
-      } catch (std::system_error const& e) {
-        open_err = e.code().value();
-        if (open_err != EMFILE && open_err != ENFILE) throw;
-      }
-      if (open_err == 0) break;
+      f = co_await spindle::io::file::open_at(work.dir.fd(), name, flags, 0, ec);
+      err = ec.value();
+      if (err != EMFILE && err != ENFILE) break;
       // Out of descriptors. Others in flight will free theirs: retry later
       // in a smaller window. Alone, try once more (one may have just
       // finished), then it is a real error.
@@ -313,15 +311,17 @@ spindle::task<void> scanner::scan_file(scanner* self, slot* s) {
         co_return;
       }
       self->active_.fetch_add(1, std::memory_order_seq_cst);
-      if (tried_again) throw std::system_error(open_err, std::system_category(), "open");
+      if (tried_again) break;
       tried_again = true;
     }
+    // O_NOFOLLOW met a symlink that replaced a listed file: grep skips those.
+    if (err == ELOOP && !work.command_line) err = -1;
     work.dir.reset();  // the file no longer needs its directory
     struct stat st {};
-    if (::fstat(f.native_handle(), &st) != 0) {
+    if (err == 0 && ::fstat(f.native_handle(), &st) != 0) {
       throw std::system_error(errno, std::system_category(), "fstat");
     }
-    if (S_ISREG(st.st_mode)) {  // a FIFO or device swapped in: skip it unread
+    if (err == 0 && S_ISREG(st.st_mode)) {  // a FIFO or device swapped in: skip it unread
       scan::line_buffer& buffer = s->buffer;
       buffer.reset();
       const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -344,11 +344,9 @@ spindle::task<void> scanner::scan_file(scanner* self, slot* s) {
     // `f` closes its descriptor with ::close as it goes out of scope. A
     // read-only close has nothing to report, and closing inline spares a
     // suspension per file (co_await f.close() measured ~15% more CPU).
-  } catch (std::system_error const& e) {
+  } catch (std::system_error const& e) {  // fstat, read_at
     err = e.code().value();
     if (err == 0) err = EIO;
-    // O_NOFOLLOW met a symlink that replaced a listed file: grep skips those.
-    if (err == ELOOP && !work.command_line) err = -1;
   } catch (std::exception const& e) {
     err = -2;
     what = e.what();

@@ -10,7 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <system_error>
+
+#include "output.hpp"
 
 namespace scan {
 namespace {
@@ -183,7 +184,7 @@ bool walker::reopen(std::size_t depth) {
     std::string message = "cannot return to this directory to walk the rest of it";
     if (err != 0) {
       message += ": ";
-      message += std::system_category().message(err);
+      message += errno_text(err);
     } else {
       message += " (moved during the scan)";
     }

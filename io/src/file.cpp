@@ -99,6 +99,21 @@ task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode
   co_return file{r};
 }
 
+task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode,
+                         std::error_code& ec) {
+  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+                                          .dir_fd = dir_fd,
+                                          .flags = flags | O_CLOEXEC,
+                                          .mode = mode,
+                                          .path = path.c_str()}};
+  if (r < 0) {
+    ec.assign(-r, std::system_category());
+    co_return file{};
+  }
+  ec.clear();
+  co_return file{r};
+}
+
 task<file> file::open_at(file const& dir, std::filesystem::path path, int flags, mode_t mode) {
   // Checked here: openat ignores a bad descriptor when `path` is absolute.
   if (dir.fd_ < 0) throw_errno(EBADF, "spindle::io::file::open_at: directory not open", path);

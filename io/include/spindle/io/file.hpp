@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <system_error>
 #include <vector>
 
 #include "spindle/task.hpp"
@@ -111,6 +112,15 @@ class file {
   /// Throws as above; EBADF when `dir` is not open.
   static task<file> open_at(file const& dir, std::filesystem::path path, int flags = O_RDONLY,
                             mode_t mode = 0644);
+  /// open_at(dir_fd, ...) without exceptions for what the system call
+  /// reports (std::filesystem's convention): on failure sets `ec` to the
+  /// errno (std::system_category) and returns a file that is not open; on
+  /// success clears `ec`. For callers that expect failures and act on them
+  /// (EMFILE: retry later; ENOENT: removed meanwhile) without paying for an
+  /// exception, or formatting a message, each time. `ec` must outlive the
+  /// task. Still throws EPERM when awaited outside a spindle task.
+  static task<file> open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode,
+                            std::error_code& ec);
 
   /// Takes ownership of `fd` (any descriptor: a file, a pipe, a socket).
   /// A negative fd makes a file that is not open.
