@@ -405,6 +405,19 @@ task<void> open_at_errors(fs::path dir) {
     EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
   }
+  // Without exceptions: the errno in an error_code, a file that is not open.
+  std::error_code ec = std::make_error_code(std::errc::interrupted);
+  file none = co_await file::open_at(d.native_handle(), "missing", O_RDONLY, 0, ec);
+  EXPECT_FALSE(none.is_open());
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+  EXPECT_EQ(&ec.category(), &std::system_category());
+  file none2 = co_await file::open_at(regular.native_handle(), "x", O_RDONLY, 0, ec);
+  EXPECT_FALSE(none2.is_open());
+  EXPECT_EQ(ec, std::errc::not_a_directory);
+  file some = co_await file::open_at(d.native_handle(), "plain.txt", O_RDONLY, 0, ec);
+  EXPECT_TRUE(some.is_open());
+  EXPECT_FALSE(ec);  // cleared on success
+  EXPECT_EQ(co_await read_text(some), "x\n");
   // A directory that is not open: EBADF, even for an absolute path.
   file closed;
   EXPECT_EQ(co_await errno_of(file::open_at(closed, "plain.txt")), EBADF);

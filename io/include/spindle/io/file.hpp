@@ -19,7 +19,8 @@
 // directory), EBADF (operation on a closed or moved-from file), ENOSPC, EIO,
 // ... as the system call reports them; ECANCELED when the runtime is shutting
 // down; EPERM (std::errc::operation_not_permitted) when awaited outside a
-// spindle task (use runtime::block_on).
+// spindle task (use runtime::block_on). One open_at overload reports the
+// system call's errno in a std::error_code instead of throwing.
 //
 // Cancellation: join_handle::abort() of a task suspended in one of these
 // operations never resumes it. An operation the driver has not started yet is
