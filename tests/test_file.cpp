@@ -6,9 +6,12 @@
 // tests check join_handle::abort() on tasks suspended in file I/O: the
 // operation is withdrawn or cancelled, the frame is destroyed (locals, files),
 // awaiting throws task_cancelled, nothing leaks and the runtime keeps working.
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -332,6 +335,256 @@ TEST_P(FileTest, AwaitedOutsideSpindleTaskThrowsEPERM) {
   frame.destroy();
 }
 
+/// Descriptors open in this process (the listing's own included).
+std::size_t open_fd_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] auto const& entry : fs::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
+// --- open_at --------------------------------------------------------------
+
+task<std::string> read_text(file& f) {
+  std::vector<std::byte> buffer(256);
+  std::size_t const n = co_await f.read_at(buffer, 0);
+  co_return std::string(reinterpret_cast<char const*>(buffer.data()), n);
+}
+
+task<void> open_at_relative(fs::path dir) {
+  file d = co_await file::open(dir / "sub", O_RDONLY | O_DIRECTORY);
+  // By a file object and by its descriptor.
+  file a = co_await file::open_at(d, "inside.txt");
+  EXPECT_EQ(co_await read_text(a), "inside\n");
+  EXPECT_EQ(::fcntl(a.native_handle(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  file b = co_await file::open_at(d.native_handle(), "inside.txt");
+  EXPECT_EQ(co_await read_text(b), "inside\n");
+  // ".." and a relative path with several components.
+  file c = co_await file::open_at(d, "../top.txt");
+  EXPECT_EQ(co_await read_text(c), "top\n");
+  // An absolute path ignores the directory; AT_FDCWD is open().
+  file e = co_await file::open_at(d, dir / "top.txt");
+  EXPECT_EQ(co_await read_text(e), "top\n");
+  file g = co_await file::open_at(AT_FDCWD, dir / "sub" / "inside.txt");
+  EXPECT_EQ(co_await read_text(g), "inside\n");
+  // The descriptor names the directory, not its path: renamed, still found.
+  EXPECT_EQ(::rename((dir / "sub").c_str(), (dir / "moved").c_str()), 0);
+  file h = co_await file::open_at(d, "inside.txt");
+  EXPECT_EQ(co_await read_text(h), "inside\n");
+  // Creating relative to it.
+  file w = co_await file::open_at(d, "created.txt", O_WRONLY | O_CREAT | O_EXCL, 0600);
+  std::vector<std::byte> const data = bytes_of("made\n");
+  EXPECT_EQ(co_await w.write_at(data, 0), data.size());
+  co_await w.close();
+  EXPECT_TRUE(fs::exists(dir / "moved" / "created.txt"));
+}
+
+TEST_P(FileTest, OpenAtRelativeToADirectory) {
+  fs::create_directory(dir_ / "sub");
+  write_plain(dir_ / "sub" / "inside.txt", bytes_of("inside\n"));
+  write_plain(dir_ / "top.txt", bytes_of("top\n"));
+  runtime rt{config()};
+  rt.block_on(open_at_relative(dir_));
+}
+
+task<void> open_at_errors(fs::path dir) {
+  file d = co_await file::open(dir, O_RDONLY | O_DIRECTORY);
+  file regular = co_await file::open(dir / "plain.txt");
+  // The "directory" is a regular file: ENOTDIR for a relative path.
+  EXPECT_EQ(co_await errno_of(file::open_at(regular, "x")), ENOTDIR);
+  EXPECT_EQ(co_await errno_of(file::open_at(regular.native_handle(), "x")), ENOTDIR);
+  // A component that is a file.
+  EXPECT_EQ(co_await errno_of(file::open_at(d, "plain.txt/x")), ENOTDIR);
+  // Missing.
+  EXPECT_EQ(co_await errno_of(file::open_at(d, "missing")), ENOENT);
+  EXPECT_EQ(co_await errno_of(file::open_at(d, "no/such/dir")), ENOENT);
+  try {
+    (void)co_await file::open_at(d, "missing");
+    ADD_FAILURE() << "open_at of a missing file succeeded";
+  } catch (std::system_error const& e) {
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  // Without exceptions: the errno in an error_code, a file that is not open.
+  std::error_code ec = std::make_error_code(std::errc::interrupted);
+  file none = co_await file::open_at(d.native_handle(), "missing", O_RDONLY, 0, ec);
+  EXPECT_FALSE(none.is_open());
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+  EXPECT_EQ(&ec.category(), &std::system_category());
+  file none2 = co_await file::open_at(regular.native_handle(), "x", O_RDONLY, 0, ec);
+  EXPECT_FALSE(none2.is_open());
+  EXPECT_EQ(ec, std::errc::not_a_directory);
+  file some = co_await file::open_at(d.native_handle(), "plain.txt", O_RDONLY, 0, ec);
+  EXPECT_TRUE(some.is_open());
+  EXPECT_FALSE(ec);  // cleared on success
+  EXPECT_EQ(co_await read_text(some), "x\n");
+  // A directory that is not open: EBADF, even for an absolute path.
+  file closed;
+  EXPECT_EQ(co_await errno_of(file::open_at(closed, "plain.txt")), EBADF);
+  EXPECT_EQ(co_await errno_of(file::open_at(closed, dir / "plain.txt")), EBADF);
+  EXPECT_EQ(co_await errno_of(file::open_at(-1, "plain.txt")), EBADF);
+  // A symlink with O_NOFOLLOW: ELOOP. A name longer than NAME_MAX.
+  EXPECT_EQ(co_await errno_of(file::open_at(d, "link", O_RDONLY | O_NOFOLLOW)), ELOOP);
+  EXPECT_EQ(co_await errno_of(file::open_at(d, std::string(300, 'n'))), ENAMETOOLONG);
+  // A directory opened as a file: the open succeeds, reading it is EISDIR;
+  // writing access fails at the open.
+  file sub = co_await file::open_at(d, "sub");
+  std::vector<std::byte> buffer(16);
+  EXPECT_EQ(co_await errno_of(sub.read_at(buffer, 0)), EISDIR);
+  EXPECT_EQ(co_await errno_of(file::open_at(d, "sub", O_WRONLY)), EISDIR);
+  EXPECT_EQ(co_await errno_of(file::open_at(d, "sub", O_RDWR)), EISDIR);
+}
+
+TEST_P(FileTest, OpenAtErrors) {
+  write_plain(dir_ / "plain.txt", bytes_of("x\n"));
+  fs::create_directory(dir_ / "sub");
+  fs::create_symlink("plain.txt", dir_ / "link");
+  runtime rt{config()};
+  rt.block_on(open_at_errors(dir_));
+}
+
+/// Removes `name` in the directory `parent` and everything below it with
+/// *at() calls only (std::filesystem::remove_all builds whole paths, which
+/// fail beyond PATH_MAX).
+void remove_tree_at(int parent, char const* name) {
+  int const fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    ::unlinkat(parent, name, 0);
+    return;
+  }
+  std::vector<std::string> names;
+  if (DIR* d = ::fdopendir(::dup(fd))) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+        names.emplace_back(e->d_name);
+      }
+    }
+    ::closedir(d);
+  }
+  for (auto const& n : names)
+    remove_tree_at(fd, n.c_str());
+  ::close(fd);
+  ::unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+task<void> open_beyond_path_max(fs::path dir, std::size_t levels, std::string const* name) {
+  // Nest `levels` directories, each opened relative to the previous one.
+  file current = co_await file::open(dir, O_RDONLY | O_DIRECTORY);
+  fs::path whole = dir;
+  for (std::size_t k = 0; k < levels; ++k) {
+    EXPECT_EQ(::mkdirat(current.native_handle(), name->c_str(), 0755), 0);
+    current = co_await file::open_at(current, *name, O_RDONLY | O_DIRECTORY);
+    whole /= *name;
+  }
+  EXPECT_GT(whole.native().size(), std::size_t{PATH_MAX});
+  file w = co_await file::open_at(current, "deep.txt", O_RDWR | O_CREAT | O_EXCL, 0644);
+  std::vector<std::byte> const data = bytes_of("at the bottom\n");
+  EXPECT_EQ(co_await w.write_at(data, 0), data.size());
+  co_await w.close();
+  file r = co_await file::open_at(current, "deep.txt");
+  EXPECT_EQ(co_await read_text(r), "at the bottom\n");
+  file_status const st = co_await r.stat();
+  EXPECT_EQ(st.size, data.size());
+  // The whole path is too long for open(): why open_at exists.
+  EXPECT_EQ(co_await errno_of(file::open(whole / "deep.txt")), ENAMETOOLONG);
+}
+
+TEST_P(FileTest, OpenAtBeyondPathMax) {
+  std::string const name(200, 'd');
+  std::size_t const levels = PATH_MAX / (name.size() + 1) + 2;
+  {
+    runtime rt{config()};
+    rt.block_on(open_beyond_path_max(dir_, levels, &name));
+  }
+  int const top = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(top, 0);
+  remove_tree_at(top, name.c_str());
+  ::close(top);
+  EXPECT_FALSE(fs::exists(dir_ / name));
+}
+
+/// In a child process: RLIMIT_NOFILE is lowered to what is open plus
+/// `spare`, then files are opened with open_at until the limit; returns
+/// 0 when that failed with EMFILE (std::errc::too_many_files_open), and
+/// the runtime still works once one is closed.
+int emfile_child(io_backend backend, fs::path const& dir) {
+  try {
+    runtime rt{runtime_config{.workers = 1, .io = backend}};
+    std::size_t const open_now = open_fd_count();
+    rlimit lim{open_now + 4, open_now + 4};
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 77;
+    return rt.block_on([](fs::path d) -> task<int> {
+      file parent = co_await file::open(d, O_RDONLY | O_DIRECTORY);
+      std::vector<file> files;
+      for (int k = 0; k < 64; ++k) {
+        int const err = co_await errno_of([](file const* p, std::vector<file>* out) -> task<void> {
+          out->push_back(co_await file::open_at(*p, "plain.txt"));
+        }(&parent, &files));
+        if (err == 0) continue;
+        if (err != EMFILE) co_return 3;
+        if (files.empty()) co_return 4;
+        files.pop_back();  // one descriptor free again: the next open works
+        file again = co_await file::open_at(parent, "plain.txt");
+        co_return again.is_open() ? 0 : 5;
+      }
+      co_return 2;  // the limit was never hit
+    }(dir));
+  } catch (...) {
+    return 6;
+  }
+}
+
+TEST_P(FileTest, OpenAtOutOfDescriptorsThrowsEMFILE) {
+  write_plain(dir_ / "plain.txt", bytes_of("x\n"));
+  pid_t const child = ::fork();  // the limit must not reach the test process
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(emfile_child(GetParam(), dir_));
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot lower RLIMIT_NOFILE";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see emfile_child for the meaning";
+}
+
+int open_at_errno_as_current_user(io_backend backend, fs::path const& dir) {
+  runtime rt{runtime_config{.workers = 2, .io = backend}};
+  return rt.block_on([](fs::path d) -> task<int> {
+    file parent = co_await file::open(d, O_RDONLY | O_DIRECTORY);
+    int const file_err = co_await errno_of(file::open_at(parent, "secret"));
+    int const dir_err = co_await errno_of(file::open_at(parent, "locked/inner.txt"));
+    co_return file_err == dir_err ? file_err : -1;
+  }(dir));
+}
+
+TEST_P(FileTest, OpenAtPermissionDeniedThrowsEACCES) {
+  write_plain(dir_ / "secret", pattern_bytes(10));
+  fs::create_directory(dir_ / "locked");
+  write_plain(dir_ / "locked" / "inner.txt", pattern_bytes(10));
+  ASSERT_EQ(::chmod((dir_ / "secret").c_str(), 0), 0);
+  ASSERT_EQ(::chmod((dir_ / "locked").c_str(), 0), 0);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  int err = 0;
+  if (::geteuid() != 0) {
+    err = open_at_errno_as_current_user(GetParam(), dir_);
+  } else {
+    // Root bypasses permission bits: as `nobody` in a child process.
+    pid_t const child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(77);
+      int const e = open_at_errno_as_current_user(GetParam(), dir_);
+      _exit(e == EACCES ? 0 : (e == 0 ? 2 : 3));
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot drop privileges to uid 65534";
+    err = WEXITSTATUS(status) == 0 ? EACCES : -WEXITSTATUS(status);
+  }
+  ::chmod((dir_ / "locked").c_str(), 0755);  // so that TearDown can remove it
+  EXPECT_EQ(err, EACCES) << "-2: open succeeded, -3: another errno";
+}
+
 // --- descriptors that cannot seek -------------------------------------------
 
 task<std::string> read_from_pipe(int fd) {
@@ -566,13 +819,6 @@ bool wait_until(Pred done, std::chrono::milliseconds limit = 10s) {
     std::this_thread::sleep_for(1ms);
   }
   return true;
-}
-
-std::size_t open_fd_count() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] auto const& entry : fs::directory_iterator("/proc/self/fd"))
-    ++n;
-  return n;
 }
 
 /// Counts live instances: the locals of an aborted task must be destroyed.

@@ -9,6 +9,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <limits.h>
 #include <pcre2.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <regex>
@@ -769,16 +771,132 @@ TEST(Window, BoundsItemsInFlightAndDrains) {
     t.join();
 }
 
+TEST(Window, ShrinksAndWakesTheProducerForRetries) {
+  // Consumers give up their place for good on every 7th item while others
+  // are in flight (as a scan out of descriptors does) and queue it again;
+  // the producer resubmits queued items first, and drains everything.
+  constexpr std::uint32_t size = 16;
+  constexpr int items = 5000;
+  scan::window w(size);
+  std::mutex m;
+  std::vector<int> queue, retries;
+  std::atomic<int> active{0};
+  std::atomic<int> done{0};
+  std::atomic<int> shrinks{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> consumers;
+  for (int t = 0; t < 3; ++t) {
+    consumers.emplace_back([&] {
+      while (!stop.load()) {
+        int item = -1;
+        {
+          std::lock_guard lock(m);
+          if (!queue.empty()) {
+            item = queue.back();
+            queue.pop_back();
+          }
+        }
+        if (item < 0) {
+          std::this_thread::yield();
+          continue;
+        }
+        if (item % 7 == 0 && active.fetch_sub(1) > 1) {
+          {
+            std::lock_guard lock(m);
+            retries.push_back(item + 1);  // comes back as an item that is done
+          }
+          shrinks.fetch_add(1);
+          w.shrink();
+          continue;
+        }
+        if (item % 7 == 0) active.fetch_add(1);  // alone: finish it after all
+        active.fetch_sub(1);
+        done.fetch_add(1);
+        w.release();
+      }
+    });
+  }
+  auto has_retries = [&] {
+    std::lock_guard lock(m);
+    return !retries.empty();
+  };
+  auto submit = [&](int item) {
+    active.fetch_add(1);
+    std::lock_guard lock(m);
+    queue.push_back(item);
+  };
+  auto drain = [&] {
+    for (;;) {
+      int item = -1;
+      {
+        std::lock_guard lock(m);
+        if (retries.empty()) return;
+        item = retries.back();
+        retries.pop_back();
+      }
+      w.acquire();
+      submit(item);
+    }
+  };
+  for (int k = 1; k <= items; ++k) {
+    drain();
+    while (!w.acquire(has_retries))
+      drain();
+    submit(k);
+  }
+  for (;;) {
+    drain();
+    if (w.wait_all(has_retries) && !has_retries()) break;
+  }
+  EXPECT_EQ(done.load(), items);
+  EXPECT_GE(w.size(), 1u);
+  EXPECT_EQ(w.size(), size - static_cast<std::uint32_t>(shrinks.load()));
+  EXPECT_EQ(w.free_places(), w.size());
+  EXPECT_FALSE(w.wait_release());  // nothing held: returns at once
+  stop.store(true);
+  for (auto& t : consumers)
+    t.join();
+}
+
 // -------------------------------------------------------------- walker
 
 class collect : public scan::walk_sink {
  public:
-  void file(std::string_view path, bool command_line) override {
+  void file(scan::dir_ref const& dir, std::string_view name, std::string_view path,
+            bool command_line) override {
     files.emplace(std::string(path) + (command_line ? " (cl)" : ""));
+    // `name` ends `path` and opens relative to `dir`.
+    EXPECT_EQ(path.substr(path.size() - name.size()), name);
+    struct stat st {};
+    EXPECT_EQ(::fstatat(dir.fd(), std::string(name).c_str(), &st, 0), 0) << path;
+    EXPECT_TRUE(S_ISREG(st.st_mode)) << path;
+    if (command_line) {
+      EXPECT_EQ(dir.fd(), AT_FDCWD);
+    }
+    if (walker != nullptr) {
+      EXPECT_LE(walker->live_directories(), walker->max_directories()) << path;
+      max_live = std::max(max_live, walker->live_directories());
+    }
+    if (hold > 0) {  // like scans in flight: keep the directory open
+      held.push_back(dir);
+      if (held.size() > hold) held.erase(held.begin());
+    }
   }
   void error(std::string_view path, int) override { errors.emplace(path); }
+  void failure(std::string_view path, std::string_view) override { errors.emplace(path); }
   void warning(std::string_view path, std::string_view) override { warnings.emplace(path); }
+  bool wait_for_descriptors() override {
+    ++waits;
+    if (held.empty()) return false;
+    held.erase(held.begin());  // the oldest "scan" finished
+    return true;
+  }
   std::set<std::string> files, errors, warnings;
+  scan::walker const* walker = nullptr;
+  std::size_t hold = 0;
+  std::vector<scan::dir_ref> held;
+  std::size_t max_live = 0;
+  std::size_t waits = 0;
 };
 
 class WalkerTest : public ::testing::Test {
@@ -824,6 +942,78 @@ TEST_F(WalkerTest, WalksLikeGrepR) {
   EXPECT_EQ(c2.files, (std::set<std::string>{"d//sub/b", "d//sub/deeper/c", "d/link_dir/b",
                                              "d/link_dir/deeper/c", "d/link_file (cl)"}));
   EXPECT_EQ(c2.errors, (std::set<std::string>{"nope"}));
+}
+
+TEST_F(WalkerTest, DeepTreeWithinADescriptorBudget) {
+  // 40 levels of 200-byte names (over PATH_MAX), a file per level, and
+  // files whose directories stay referenced ("in flight") for a while: the
+  // walker stays within its directory budget, gives up its ancestors and
+  // finds them again through "..", and still lists everything.
+  namespace fs = std::filesystem;
+  std::string const name(200, 'n');
+  std::set<std::string> want;
+  {
+    int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    std::string path = "deep";
+    ASSERT_EQ(::mkdirat(fd, "deep", 0755), 0);
+    int next = ::openat(fd, "deep", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ::close(fd);
+    fd = next;
+    for (int level = 0; level < 40; ++level) {
+      for (char const* leaf : {"f1", "f2"}) {
+        int const w = ::openat(fd, leaf, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        ASSERT_GE(w, 0);
+        ::close(w);
+        want.insert(path + "/" + leaf);
+      }
+      ASSERT_EQ(::mkdirat(fd, name.c_str(), 0755), 0);
+      ASSERT_EQ(::mkdirat(fd, "side", 0755), 0);  // a second subdirectory per level
+      int const side = ::openat(fd, "side", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      int const w = ::openat(side, "s", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      ASSERT_GE(w, 0);
+      ::close(w);
+      ::close(side);
+      want.insert(path + "/side/s");
+      next = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      ::close(fd);
+      ASSERT_GE(next, 0);
+      fd = next;
+      path += "/" + name;
+    }
+    ::close(fd);
+    ASSERT_GT(path.size(), std::size_t{PATH_MAX});
+  }
+  fs::current_path(root_);
+  for (std::size_t budget : {std::size_t{4}, std::size_t{8}, std::size_t{16}, std::size_t{1000}}) {
+    collect c;
+    scan::walker w(c);
+    w.set_descriptor_budget(budget);
+    c.walker = &w;
+    c.hold = 3;
+    w.walk_operand("deep");
+    EXPECT_EQ(c.files, want) << budget;
+    EXPECT_TRUE(c.errors.empty()) << budget;
+    EXPECT_LE(c.max_live, w.max_directories()) << budget;
+    c.held.clear();
+    EXPECT_EQ(w.live_directories(), 0u) << budget;  // nothing leaked
+  }
+  // Removal with *at() only: the tree is deeper than PATH_MAX.
+  std::function<void(int, char const*)> remove_at = [&](int parent, char const* entry) {
+    int const fd = ::openat(parent, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      ::unlinkat(parent, entry, 0);
+      return;
+    }
+    for (char const* leaf : {"f1", "f2", "s"})
+      ::unlinkat(fd, leaf, 0);
+    remove_at(fd, "side");
+    remove_at(fd, name.c_str());
+    ::close(fd);
+    ::unlinkat(parent, entry, AT_REMOVEDIR);
+  };
+  remove_at(AT_FDCWD, "deep");
+  EXPECT_FALSE(fs::exists(root_ / "deep"));
 }
 
 TEST_F(WalkerTest, DefaultWalkNamesWithoutDotSlash) {

@@ -25,7 +25,7 @@ PCRE2; a newline in PATTERN separates several patterns. With a single PATH
 that is not a directory only the count is printed (as grep does).
 
 Exit status: 0 if a line matched, 1 if none did, 2 if an error occurred
-(files that could be read are still counted).
+(files that could be read are still counted), with -s too (as grep -s).
 
 --json prints one JSON object per line, {"path":"...","count":N}; bytes of a
 path that are not UTF-8 are replaced by U+FFFD. With --stats the summary goes
@@ -63,6 +63,8 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   app.add_flag("-H,--with-filename", with_names, "Always print file names");
   app.add_flag("-h,--no-filename", without_names, "Never print file names");
   app.add_flag("--no-progress", no_progress, "No progress line, even on a terminal");
+  app.add_flag("-s,--no-messages", out.quiet,
+               "No messages about missing or unreadable files (the exit status is still 2)");
   app.add_option("--io", io, "I/O backend: auto, uring or threadpool (env SPINDLE_IO)")
       ->check(CLI::IsMember({"auto", "uring", "threadpool"}));
   app.add_option("--max-in-flight", out.max_in_flight,

@@ -22,6 +22,7 @@ struct options {
   bool json = false;               ///< JSON Lines on stdout
   bool stats = false;              ///< summary on stderr
   bool progress = true;            ///< progress line when stderr is a terminal
+  bool quiet = false;              ///< -s: no messages about unreadable files (exit 2 stays)
   name_mode names = name_mode::automatic;
   io_choice io = io_choice::automatic;
   std::size_t max_in_flight = 0;         ///< files being scanned at once; 0: from workers

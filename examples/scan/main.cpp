@@ -5,21 +5,32 @@
 //   - discovery: the main thread walks the operands (scan::walker) and, for
 //     each regular file, takes a permit from a scan::window (a counting
 //     semaphore that wakes the producer once per half window), takes a
-//     free scan slot (read buffer, PCRE2 scratch, output batch, counters) and
-//     spawns one spindle task with rt.spawn(); the join handle is dropped
-//     (detached). Permits = slots = max in flight, so memory stays bounded
-//     however large the tree is, and a spawned task always finds its slot.
-//   - each task opens the file through spindle::io (O_NOFOLLOW below the
-//     command line, O_NONBLOCK so that a FIFO swapped in cannot block),
-//     checks with fstat that it is a regular file, reads it in chunks with
-//     read_at into the slot's buffer, counts the complete lines of each chunk
-//     on the worker that resumed it (carrying the partial last line), closes
-//     it (inline, see scan_file), appends its result to the slot's batch, returns the slot and the
+//     free scan slot (read buffer, PCRE2 scratch, output batch, counters, the
+//     file's job) and spawns one spindle task with rt.spawn(); the join
+//     handle is dropped (detached). Permits <= slots, so memory stays
+//     bounded however large the tree is, and a spawned task always finds its
+//     slot.
+//   - each task opens the file through spindle::io relative to its directory
+//     (open_at on the walker's shared descriptor, so no PATH_MAX; O_NOFOLLOW
+//     below the command line, O_NONBLOCK so that a FIFO swapped in cannot
+//     block), lets the directory go, checks with fstat that it is a regular
+//     file, reads it in chunks with read_at into the slot's buffer, counts
+//     the complete lines of each chunk on the worker that resumed it
+//     (carrying the partial last line), closes it (inline, see scan_file),
+//     appends its result to the slot's batch, returns the slot and the
 //     permit. The task owns the slot for its whole life, across every
 //     co_await, whichever worker it resumes on.
-//   - the main thread then takes every permit back (all tasks done), writes
-//     the remaining batches, and reports.
+//   - out of descriptors (EMFILE/ENFILE from the open) while other scans are
+//     in flight, a task puts its job on a retry list, returns its slot and
+//     gives its permit up for good (the window shrinks by one); the main
+//     thread resubmits retries before new files. Only a scan that runs out
+//     of descriptors with nothing else in flight (after one more try)
+//     reports the error. The walker waits for scans to finish when it is
+//     short of descriptors itself (walk_sink::wait_for_descriptors).
+//   - the main thread then takes every permit back (all tasks done, no retry
+//     left), writes the remaining batches, and reports.
 // Output order is completion order; sort it to compare with grep.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -31,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,6 +65,15 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// One file to scan: its directory (kept open until the file is), its whole
+// path for the output, where its name (relative to `dir`) starts in `path`.
+struct job {
+  scan::dir_ref dir;
+  std::string path;
+  std::size_t name_at = 0;
+  bool command_line = false;
+};
+
 // Everything one file scan needs; owned by one task at a time.
 struct slot {
   slot(std::size_t buffer_size, scan::matcher const& m)
@@ -60,12 +81,14 @@ struct slot {
   scan::line_buffer buffer;
   scan::matcher::scratch scratch;
   std::string out;
+  job work;  // the file being scanned
   // Written by the owning task only (relaxed load + store); summed by the
   // progress thread and at the end.
   std::atomic<std::uint64_t> files{0};
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint64_t> lines{0};
   std::atomic<std::uint64_t> matched_files{0};
+  std::atomic<std::uint64_t> retries{0};
 
   static void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by) noexcept {
     counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
@@ -77,16 +100,18 @@ struct totals {
   std::uint64_t bytes = 0;
   std::uint64_t lines = 0;
   std::uint64_t matched_files = 0;
+  std::uint64_t retries = 0;
 };
 
 class scanner final : public scan::walk_sink {
  public:
   scanner(scan::matcher const& matcher, std::size_t buffer_size, scan::console& console,
-          scan::result_format format, bool print_zero, std::size_t in_flight)
+          scan::result_format format, bool print_zero, bool quiet, std::size_t in_flight)
       : matcher_(matcher),
         console_(console),
         format_(format),
         print_zero_(print_zero),
+        quiet_(quiet),
         permits_(static_cast<std::uint32_t>(in_flight)) {
     slots_.reserve(in_flight);
     free_.reserve(in_flight);
@@ -99,32 +124,44 @@ class scanner final : public scan::walk_sink {
   void attach(spindle::runtime& rt) noexcept { rt_ = &rt; }
 
   // walk_sink: called on the discovery thread.
-  void file(std::string_view path, bool command_line) override {
+  void file(scan::dir_ref const& dir, std::string_view name, std::string_view path,
+            bool command_line) override {
+    drain_retries();     // files that ran out of descriptors go first
     permits_.acquire();  // backpressure: at most `in_flight` files at once
-    slot* s = nullptr;
-    {
-      std::lock_guard lock(free_mutex_);
-      s = free_.back();
-      free_.pop_back();
-    }
-    try {
-      (void)rt_->spawn(scan_file(this, s, std::string(path), command_line));  // detached
-    } catch (std::exception const& e) {
-      report(path, 0, e.what());
-      give_back(s);
-    }
+    slot* s = take_slot();
+    s->work.dir = dir;
+    s->work.path.assign(path);
+    s->work.name_at = path.size() - name.size();  // `name` ends `path`
+    s->work.command_line = command_line;
+    spawn(s);
   }
   void error(std::string_view path, int err) override { report(path, err, {}); }
+  void failure(std::string_view path, std::string_view message) override {
+    report(path, 0, message);
+  }
   void warning(std::string_view path, std::string_view message) override {
+    if (quiet_) return;
     std::string text = "warning: ";
     text.append(path);
     text += ": ";
     text.append(message);
     console_.message(text);
   }
+  bool wait_for_descriptors() override {
+    for (;;) {
+      drain_retries();  // they hold directories open: let them run
+      if (permits_.wait_release()) return true;
+      if (!has_retries()) return false;
+    }
+  }
 
-  /// Waits until every spawned scan has returned its permit.
-  void wait_all() { permits_.wait_all(); }
+  /// Waits until every scan has finished, retries included.
+  void wait_all() {
+    for (;;) {
+      drain_retries();
+      if (permits_.wait_all([this] { return has_retries(); }) && !has_retries()) return;
+    }
+  }
 
   /// Writes what the slots still hold (after wait_all).
   void flush_all() {
@@ -139,18 +176,75 @@ class scanner final : public scan::walk_sink {
       t.bytes += s->bytes.load(std::memory_order_relaxed);
       t.lines += s->lines.load(std::memory_order_relaxed);
       t.matched_files += s->matched_files.load(std::memory_order_relaxed);
+      t.retries += s->retries.load(std::memory_order_relaxed);
     }
     return t;
   }
   [[nodiscard]] bool had_error() const noexcept { return failed_.load(); }
+  /// Files scanned at once now (the window shrinks when descriptors run out).
+  [[nodiscard]] std::uint32_t window_size() const noexcept { return permits_.size(); }
 
  private:
-  static spindle::task<void> scan_file(scanner* self, slot* s, std::string path, bool command_line);
+  static spindle::task<void> scan_file(scanner* self, slot* s);
+
+  slot* take_slot() {
+    std::lock_guard lock(free_mutex_);
+    slot* s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void return_slot(slot* s) {
+    s->work.dir.reset();
+    std::lock_guard lock(free_mutex_);
+    free_.push_back(s);
+  }
+  // Starts the scan of s->work (a permit is held).
+  void spawn(slot* s) {
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    try {
+      (void)rt_->spawn(scan_file(this, s));  // detached
+    } catch (std::exception const& e) {
+      active_.fetch_sub(1, std::memory_order_seq_cst);
+      report(s->work.path, 0, e.what());
+      give_back(s);
+    }
+  }
+  [[nodiscard]] bool has_retries() {
+    std::lock_guard lock(retry_mutex_);
+    return !retries_.empty();
+  }
+  void drain_retries() {
+    for (;;) {
+      job next;
+      {
+        std::lock_guard lock(retry_mutex_);
+        if (retries_.empty()) return;
+        next = std::move(retries_.front());
+        retries_.pop_front();
+      }
+      permits_.acquire();
+      slot* s = take_slot();
+      s->work = std::move(next);
+      spawn(s);
+    }
+  }
+  // Called by a task that ran out of descriptors while others are in
+  // flight: its job waits on the retry list, its permit leaves the window.
+  void defer(slot* s) {
+    slot::bump(s->retries, 1);
+    {
+      std::lock_guard lock(retry_mutex_);
+      retries_.push_back(std::move(s->work));
+    }
+    return_slot(s);
+    permits_.shrink();  // wakes the main thread; `this` must not be touched after
+  }
 
   void report(std::string_view path, int err, std::string_view what) {
     failed_.store(true);
+    if (quiet_) return;
     if (err != 0) {
-      console_.error(path, std::system_category().message(err));
+      console_.error(path, scan::errno_text(err));
     } else {
       console_.error(path, what);
     }
@@ -158,7 +252,7 @@ class scanner final : public scan::walk_sink {
   void note_write(int err) {
     if (err != 0 && !write_failed_.exchange(true)) {
       failed_.store(true);
-      console_.message("write error: " + std::system_category().message(err));
+      console_.message("write error: " + scan::errno_text(err));
     }
   }
   void finish(slot* s, std::string_view path, std::uint64_t count, std::uint64_t bytes) {
@@ -172,10 +266,7 @@ class scanner final : public scan::walk_sink {
     }
   }
   void give_back(slot* s) {
-    {
-      std::lock_guard lock(free_mutex_);
-      free_.push_back(s);
-    }
+    return_slot(s);
     permits_.release();  // after this the task must not touch `this`
   }
 
@@ -183,29 +274,55 @@ class scanner final : public scan::walk_sink {
   scan::console& console_;
   scan::result_format format_;
   bool print_zero_;
+  bool quiet_;  // -s: no messages about unreadable files
   // Batches go out at 32 KiB; line by line when a person watches stdout.
   std::size_t flush_at_ = ::isatty(STDOUT_FILENO) != 0 ? 1 : 32 * 1024;
   spindle::runtime* rt_ = nullptr;
-  scan::window permits_;  // one place per slot
+  scan::window permits_;                // one place per slot at first; shrinks on EMFILE
+  std::atomic<std::size_t> active_{0};  // scans spawned and not finished
   std::mutex free_mutex_;
   std::vector<slot*> free_;
   std::vector<std::unique_ptr<slot>> slots_;
+  std::mutex retry_mutex_;
+  std::deque<job> retries_;
   std::atomic<bool> failed_{false};
   std::atomic<bool> write_failed_{false};
 };
 
-spindle::task<void> scanner::scan_file(scanner* self, slot* s, std::string path,
-                                       bool command_line) {
+spindle::task<void> scanner::scan_file(scanner* self, slot* s) {
+  job& work = s->work;
   int err = 0;
   std::string what;
   try {
-    const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | (command_line ? 0 : O_NOFOLLOW);
-    spindle::io::file f = co_await spindle::io::file::open(path, flags);
+    const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | (work.command_line ? 0 : O_NOFOLLOW);
+    const std::string_view name = std::string_view(work.path).substr(work.name_at);
+    // Failures come back as an error code: no exception (and no message
+    // formatting) per retry while descriptors are short.
+    spindle::io::file f;
+    std::error_code ec;
+    for (bool tried_again = false;;) {
+      f = co_await spindle::io::file::open_at(work.dir.fd(), name, flags, 0, ec);
+      err = ec.value();
+      if (err != EMFILE && err != ENFILE) break;
+      // Out of descriptors. Others in flight will free theirs: retry later
+      // in a smaller window. Alone, try once more (one may have just
+      // finished), then it is a real error.
+      if (self->active_.fetch_sub(1, std::memory_order_seq_cst) > 1) {
+        self->defer(s);
+        co_return;
+      }
+      self->active_.fetch_add(1, std::memory_order_seq_cst);
+      if (tried_again) break;
+      tried_again = true;
+    }
+    // O_NOFOLLOW met a symlink that replaced a listed file: grep skips those.
+    if (err == ELOOP && !work.command_line) err = -1;
+    work.dir.reset();  // the file no longer needs its directory
     struct stat st {};
-    if (::fstat(f.native_handle(), &st) != 0) {
+    if (err == 0 && ::fstat(f.native_handle(), &st) != 0) {
       throw std::system_error(errno, std::system_category(), "fstat");
     }
-    if (S_ISREG(st.st_mode)) {  // a FIFO or device swapped in: skip it unread
+    if (err == 0 && S_ISREG(st.st_mode)) {  // a FIFO or device swapped in: skip it unread
       s->buffer.reset();
       scan::line_counter counter(self->matcher_, s->scratch, s->buffer);
       const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -220,23 +337,34 @@ spindle::task<void> scanner::scan_file(scanner* self, slot* s, std::string path,
         // file: spare the read that would return 0.
         if (n < space.size() && size > 0 && offset >= size) break;
       }
-      self->finish(s, path, counter.finish(), offset);
+      self->finish(s, work.path, counter.finish(), offset);
     }
     // `f` closes its descriptor with ::close as it goes out of scope. A
     // read-only close has nothing to report, and closing inline spares a
     // suspension per file (co_await f.close() measured ~15% more CPU).
-  } catch (std::system_error const& e) {
+  } catch (std::system_error const& e) {  // fstat, read_at
     err = e.code().value();
     if (err == 0) err = EIO;
-    // O_NOFOLLOW met a symlink that replaced a listed file: grep skips those.
-    if (err == ELOOP && !command_line) err = -1;
   } catch (std::exception const& e) {
     err = -2;
     what = e.what();
   }
-  if (err > 0) self->report(path, err, {});
-  if (err == -2) self->report(path, 0, what);
+  if (err > 0) self->report(work.path, err, {});
+  if (err == -2) self->report(work.path, 0, what);
+  self->active_.fetch_sub(1, std::memory_order_seq_cst);
   self->give_back(s);
+}
+
+// Descriptors this process has open now (/proc/self/fd), or 0 if unknown.
+std::size_t open_descriptors() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  std::size_t n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n > 0 ? n - 1 : 0;  // minus the one reading the list
 }
 
 std::string human_bytes(std::uint64_t bytes) {
@@ -275,8 +403,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // Descriptors: up to --max-in-flight open files plus the walker's
-  // directories; lift the soft limit to the hard one.
+  // Descriptors: up to --max-in-flight open files plus the directories;
+  // lift the soft limit to the hard one (`ulimit -n` lowers both: then the
+  // window shrinks on EMFILE and the walker stays within its budget).
   struct rlimit files_limit {};
   if (::getrlimit(RLIMIT_NOFILE, &files_limit) == 0 &&
       files_limit.rlim_cur < files_limit.rlim_max) {
@@ -316,7 +445,7 @@ int main(int argc, char** argv) {
   std::size_t in_flight = options.max_in_flight;
   if (in_flight == 0) in_flight = std::clamp<std::size_t>(workers * 64, 128, 1024);
 
-  scanner sc(*matcher, options.buffer_size, console, format, print_zero, in_flight);
+  scanner sc(*matcher, options.buffer_size, console, format, print_zero, options.quiet, in_flight);
   sc.attach(*rt);
 
   std::jthread progress;
@@ -336,6 +465,13 @@ int main(int argc, char** argv) {
   }
 
   scan::walker walk(sc);
+  // What the runtime left of RLIMIT_NOFILE: half of it at most for
+  // directories, the rest for files.
+  if (::getrlimit(RLIMIT_NOFILE, &files_limit) == 0 && files_limit.rlim_cur != RLIM_INFINITY) {
+    const std::size_t open_now = open_descriptors();
+    const auto limit = static_cast<std::size_t>(files_limit.rlim_cur);
+    walk.set_descriptor_budget(limit > open_now ? limit - open_now : 0);
+  }
   if (options.paths.empty()) {
     walk.walk_default();
   } else {
@@ -363,26 +499,30 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line,
                     "{\"files\":%llu,\"bytes\":%llu,\"matches\":%llu,\"matched_files\":%llu,"
                     "\"seconds\":%.6f,\"gb_per_s\":%.3f,\"workers\":%zu,\"io\":\"%s\","
-                    "\"matcher\":\"%s\",\"tasks_spawned\":%llu,\"tasks_stolen\":%llu}\n",
+                    "\"matcher\":\"%s\",\"tasks_spawned\":%llu,\"tasks_stolen\":%llu,"
+                    "\"in_flight\":%u,\"open_retries\":%llu}\n",
                     static_cast<unsigned long long>(t.files),
                     static_cast<unsigned long long>(t.bytes),
                     static_cast<unsigned long long>(t.lines),
                     static_cast<unsigned long long>(t.matched_files), seconds, gbps, workers,
                     backend_name(backend), matcher->describe().c_str(),
                     static_cast<unsigned long long>(rstats.total_spawned),
-                    static_cast<unsigned long long>(rstats.total_stolen));
+                    static_cast<unsigned long long>(rstats.total_stolen), sc.window_size(),
+                    static_cast<unsigned long long>(t.retries));
     } else {
       std::snprintf(line, sizeof line,
                     "files:    %llu\nbytes:    %llu (%s)\nmatches:  %llu lines in %llu files\n"
                     "seconds:  %.3f\nGB/s:     %.3f\nworkers:  %zu (io: %s, matcher: %s, "
-                    "tasks: %llu spawned, %llu stolen)\n",
+                    "tasks: %llu spawned, %llu stolen)\nin flight: %u at most at the end, %llu "
+                    "opens retried (out of descriptors)\n",
                     static_cast<unsigned long long>(t.files),
                     static_cast<unsigned long long>(t.bytes), human_bytes(t.bytes).c_str(),
                     static_cast<unsigned long long>(t.lines),
                     static_cast<unsigned long long>(t.matched_files), seconds, gbps, workers,
                     backend_name(backend), matcher->describe().c_str(),
                     static_cast<unsigned long long>(rstats.total_spawned),
-                    static_cast<unsigned long long>(rstats.total_stolen));
+                    static_cast<unsigned long long>(rstats.total_stolen), sc.window_size(),
+                    static_cast<unsigned long long>(t.retries));
     }
     text = line;
     (void)scan::write_all(STDERR_FILENO, text);

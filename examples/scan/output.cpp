@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 namespace scan {
@@ -36,6 +37,12 @@ void append_result(std::string& out, result_format format, std::string_view path
 std::string json_string(std::string_view text) {
   return nlohmann::json(std::string(text))
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string errno_text(int err) {
+  char buffer[256];
+  // GNU strerror_r: returns the message, in `buffer` or a static string.
+  return ::strerror_r(err, buffer, sizeof buffer);
 }
 
 int write_all(int fd, std::string_view data) noexcept {

@@ -30,6 +30,11 @@ void append_result(std::string& out, result_format format, std::string_view path
 /// UTF-8 become U+FFFD.
 std::string json_string(std::string_view text);
 
+/// The text of an errno value ("No such file or directory"), from
+/// strerror_r: no virtual call, no allocation beyond the string (usable when
+/// descriptors have run out, where a sanitizer's vptr check cannot run).
+std::string errno_text(int err);
+
 /// Writes all of `data` to `fd` (retrying short writes and EINTR). Returns
 /// 0 or the errno of the failure.
 int write_all(int fd, std::string_view data) noexcept;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "output.hpp"
 
 namespace scan {
 namespace {
@@ -24,28 +27,110 @@ struct linux_dirent64 {
 };
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK;
-constexpr std::size_t kMaxOpenDepth = 64;
+constexpr std::size_t kMaxKeepDepth = 64;
 
 void append_child(std::string& path, std::string_view name) {
   if (!path.empty() && path.back() != '/') path += '/';
   path += name;
 }
 
+std::pair<dev_t, ino_t> id_of(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+
 }  // namespace
+
+// --- dir_ref ------------------------------------------------------------
+
+dir_ref::dir_ref(int fd, std::atomic<std::size_t>& live) {
+  try {
+    node_ = new node{fd, {1}, &live};
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  live.fetch_add(1, std::memory_order_relaxed);
+}
+
+dir_ref::dir_ref(dir_ref const& other) noexcept : node_(other.node_) {
+  if (node_ != nullptr) node_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void dir_ref::reset() noexcept {
+  node* n = std::exchange(node_, nullptr);
+  if (n != nullptr && n->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    ::close(n->fd);
+    n->live->fetch_sub(1, std::memory_order_seq_cst);
+    delete n;
+  }
+}
+
+// --- walker -------------------------------------------------------------
+
+void walker::set_descriptor_budget(std::size_t budget) noexcept {
+  max_dirs_ = std::max<std::size_t>(budget / 2, 2);
+  keep_depth_ = std::min(kMaxKeepDepth, budget / 8);
+}
 
 bool walker::is_directory(std::string const& operand) {
   struct stat st {};
   return ::stat(operand.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+walker::level& walker::at(std::size_t depth) {
+  while (levels_.size() <= depth)
+    levels_.push_back(std::make_unique<level>());
+  return *levels_[depth];
+}
+
+bool walker::drop_ancestors(std::size_t depth) {
+  keep_depth_ = 0;  // short of descriptors: keep none from now on
+  bool any = false;
+  for (std::size_t k = 0; k < depth && k < levels_.size(); ++k) {
+    if (levels_[k]->dir) {
+      levels_[k]->dir.reset();
+      any = true;
+    }
+  }
+  return any;
+}
+
+void walker::make_room(std::size_t depth) {
+  while (live_dirs_.load(std::memory_order_seq_cst) >= max_dirs_) {
+    if (drop_ancestors(depth)) continue;
+    if (!sink_.wait_for_descriptors()) return;  // nothing to wait for: try anyway
+  }
+}
+
+int walker::open_directory(int at_fd, char const* name, int extra, std::size_t depth) {
+  for (;;) {
+    make_room(depth);
+    const int fd = ::openat(at_fd, name, kDirFlags | extra);
+    if (fd >= 0) return fd;
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err != EMFILE && err != ENFILE) return -1;
+    // Out of descriptors: the walker's own ancestors go first, then wait
+    // for scans in flight; with nothing in flight it is a real error.
+    if (drop_ancestors(depth)) continue;
+    if (sink_.wait_for_descriptors()) continue;
+    errno = err;
+    return -1;
+  }
+}
+
 void walker::walk_default() {
-  const int fd = ::open(".", kDirFlags);
+  path_.clear();
+  const int fd = open_directory(AT_FDCWD, ".", 0, 0);
   if (fd < 0) {
     sink_.error(".", errno);
     return;
   }
-  path_.clear();
-  walk_directory(fd);
+  at(0).dir = dir_ref(fd, live_dirs_);
+  walk_directory(0);
+  at(0).dir.reset();
 }
 
 void walker::walk_operand(std::string_view operand) {
@@ -56,41 +141,77 @@ void walker::walk_operand(std::string_view operand) {
     return;
   }
   if (S_ISREG(st.st_mode)) {
-    sink_.file(path_, true);
+    sink_.file(dir_ref{}, path_, path_, true);
     return;
   }
   if (!S_ISDIR(st.st_mode)) return;  // FIFOs, sockets, devices: never opened
-  const int fd = ::open(path_.c_str(), kDirFlags);
+  const int fd = open_directory(AT_FDCWD, path_.c_str(), 0, 0);
   if (fd < 0) {
     sink_.error(path_, errno);
     return;
   }
   while (path_.size() > 1 && path_.back() == '/')
     path_.pop_back();  // "d//" walks as "d"
-  walk_directory(fd);
+  at(0).dir = dir_ref(fd, live_dirs_);
+  walk_directory(0);
+  at(0).dir.reset();
 }
 
-void walker::walk_directory(int fd) {
-  struct stat self {};
-  if (::fstat(fd, &self) == 0) {
-    const std::pair<dev_t, ino_t> id{self.st_dev, self.st_ino};
-    if (std::find(ancestors_.begin(), ancestors_.end(), id) != ancestors_.end()) {
-      ::close(fd);
-      sink_.warning(path_, "recursive directory loop");
-      return;
-    }
-    ancestors_.push_back(id);
-  } else {
-    ancestors_.emplace_back(0, 0);
+bool walker::reopen(std::size_t depth) {
+  level& lv = at(depth);
+  level& child = at(depth + 1);
+  int err = 0;
+  int fd = -1;
+  if (child.dir) {
+    fd = open_directory(child.dir.fd(), "..", 0, depth);
+    if (fd < 0) err = errno;
   }
-  const std::size_t depth = ancestors_.size() - 1;
-  if (subdirs_.size() <= depth) subdirs_.resize(depth + 1);
-  subdirs_[depth].clear();
+  const std::pair<dev_t, ino_t> none{0, 0};
+  if (fd >= 0 && lv.id != none && id_of(fd) != lv.id) {
+    ::close(fd);  // the child was moved elsewhere: ".." is another directory
+    fd = -1;
+  }
+  if (fd < 0 && path_.size() < PATH_MAX) {
+    fd = open_directory(AT_FDCWD, path_.empty() ? "." : path_.c_str(), O_NOFOLLOW, depth);
+    if (fd < 0) err = errno;
+    if (fd >= 0 && lv.id != none && id_of(fd) != lv.id) {
+      ::close(fd);
+      fd = -1;
+      err = 0;
+    }
+  }
+  if (fd < 0) {
+    std::string message = "cannot return to this directory to walk the rest of it";
+    if (err != 0) {
+      message += ": ";
+      message += errno_text(err);
+    } else {
+      message += " (moved during the scan)";
+    }
+    sink_.failure(path_.empty() ? std::string_view(".") : std::string_view(path_), message);
+    return false;
+  }
+  lv.dir = dir_ref(fd, live_dirs_);
+  return true;
+}
+
+void walker::walk_directory(std::size_t depth) {
+  level& lv = at(depth);
+  lv.id = id_of(lv.dir.fd());
+  if (lv.id != std::pair<dev_t, ino_t>{0, 0}) {
+    for (std::size_t k = 0; k < depth; ++k) {
+      if (levels_[k]->id == lv.id) {
+        sink_.warning(path_, "recursive directory loop");
+        return;
+      }
+    }
+  }
+  lv.subdirs.clear();
   if (dents_.empty()) dents_.resize(64 * 1024);
 
   const std::size_t base = path_.size();
   while (true) {
-    const long got = ::syscall(SYS_getdents64, fd, dents_.data(), dents_.size());
+    const long got = ::syscall(SYS_getdents64, lv.dir.fd(), dents_.data(), dents_.size());
     if (got < 0) {
       if (errno == EINTR) continue;
       sink_.error(path_.empty() ? std::string_view(".") : std::string_view(path_), errno);
@@ -105,7 +226,7 @@ void walker::walk_directory(int fd) {
       unsigned type = d->d_type;
       if (type == DT_UNKNOWN) {
         struct stat st {};
-        if (::fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (::fstatat(lv.dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
           if (errno != ENOENT) {  // ENOENT: removed since the listing
             const int err = errno;
             append_child(path_, name);
@@ -118,41 +239,44 @@ void walker::walk_directory(int fd) {
       }
       if (type == DT_REG) {
         append_child(path_, name);
-        sink_.file(path_, false);
+        sink_.file(lv.dir, name, path_, false);
         path_.resize(base);
       } else if (type == DT_DIR) {
-        std::string& list = subdirs_[depth];
-        list.append(name);
-        list.push_back('\0');
+        lv.subdirs.append(name);
+        lv.subdirs.push_back('\0');
       }
     }
   }
-  // Subdirectories open relative to this directory (no path walk from the
-  // root each time); very deep trees give the descriptor up and open by
-  // path, so that at most kMaxOpenDepth descriptors are held.
-  int parent = fd;
-  if (depth >= kMaxOpenDepth || subdirs_[depth].empty()) {
-    ::close(fd);
-    parent = AT_FDCWD;
-  }
-  // subdirs_ may reallocate while deeper levels are walked: index, don't hold.
-  std::size_t at = 0;
-  while (at < subdirs_[depth].size()) {
-    const std::size_t len = std::strlen(subdirs_[depth].c_str() + at);
-    const char* name = subdirs_[depth].c_str() + at;
+  // Subdirectories open relative to this directory: no path walk from the
+  // root, no PATH_MAX. Below keep_depth() this directory's descriptor is
+  // given up while a child is walked and found again through "..".
+  std::size_t pos = 0;
+  while (pos < lv.subdirs.size()) {
+    const char* name = lv.subdirs.c_str() + pos;
+    const std::size_t len = std::strlen(name);
+    pos += len + 1;
+    if (!lv.dir && !reopen(depth)) return;  // reported; the rest is unreachable
     append_child(path_, std::string_view(name, len));
-    const int child =
-        ::openat(parent, parent == AT_FDCWD ? path_.c_str() : name, kDirFlags | O_NOFOLLOW);
-    at += len + 1;
-    if (child >= 0) {
-      walk_directory(child);
-    } else if (errno != ELOOP && errno != ENOTDIR && errno != ENOENT) {
-      sink_.error(path_, errno);
+    const int child = open_directory(lv.dir.fd(), name, O_NOFOLLOW, depth);
+    if (child < 0) {
+      if (errno != ELOOP && errno != ENOTDIR && errno != ENOENT) sink_.error(path_, errno);
+      path_.resize(base);
+      continue;
     }
+    level& next = at(depth + 1);
+    next.dir = dir_ref(child, live_dirs_);
+    if (depth >= keep_depth_) lv.dir.reset();
+    walk_directory(depth + 1);
     path_.resize(base);
+    // Come back now while the child can lead here: for the next
+    // subdirectory, or for the parent, which may need this one's "..".
+    const bool needed = pos < lv.subdirs.size() || (depth > 0 && !levels_[depth - 1]->dir);
+    if (!lv.dir && needed && !reopen(depth)) {
+      next.dir.reset();
+      return;
+    }
+    next.dir.reset();
   }
-  if (parent != AT_FDCWD) ::close(parent);
-  ancestors_.pop_back();
 }
 
 }  // namespace scan

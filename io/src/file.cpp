@@ -80,10 +80,44 @@ int file::release() noexcept {
 }
 
 task<file> file::open(std::filesystem::path path, int flags, mode_t mode) {
-  int const r = co_await op_awaiter{io_op{
-      .code = op_code::openat, .flags = flags | O_CLOEXEC, .mode = mode, .path = path.c_str()}};
+  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+                                          .dir_fd = AT_FDCWD,
+                                          .flags = flags | O_CLOEXEC,
+                                          .mode = mode,
+                                          .path = path.c_str()}};
   if (r < 0) throw_errno(-r, "spindle::io::file::open", path);
   co_return file{r};
+}
+
+task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode) {
+  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+                                          .dir_fd = dir_fd,
+                                          .flags = flags | O_CLOEXEC,
+                                          .mode = mode,
+                                          .path = path.c_str()}};
+  if (r < 0) throw_errno(-r, "spindle::io::file::open_at", path);
+  co_return file{r};
+}
+
+task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode,
+                         std::error_code& ec) {
+  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+                                          .dir_fd = dir_fd,
+                                          .flags = flags | O_CLOEXEC,
+                                          .mode = mode,
+                                          .path = path.c_str()}};
+  if (r < 0) {
+    ec.assign(-r, std::system_category());
+    co_return file{};
+  }
+  ec.clear();
+  co_return file{r};
+}
+
+task<file> file::open_at(file const& dir, std::filesystem::path path, int flags, mode_t mode) {
+  // Checked here: openat ignores a bad descriptor when `path` is absolute.
+  if (dir.fd_ < 0) throw_errno(EBADF, "spindle::io::file::open_at: directory not open", path);
+  co_return co_await open_at(dir.fd_, std::move(path), flags, mode);
 }
 
 task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {

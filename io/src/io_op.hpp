@@ -35,6 +35,7 @@
 // use until the CQE).
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@ namespace spindle::io::detail {
 
 /// What an io_op asks for.
 enum class op_code : std::uint8_t {
-  openat,  ///< openat(AT_FDCWD, path, flags, mode); result: new fd
+  openat,  ///< openat(dir_fd, path, flags, mode); result: new fd
   statx,   ///< statx(fd, "", AT_EMPTY_PATH, mask, stx); result: 0
   read,    ///< pread(fd, buffer, length, offset); result: bytes read
   write,   ///< pwrite(fd, buffer, length, offset); result: bytes written
@@ -79,6 +80,7 @@ enum cancel_state : std::uint8_t {
 struct io_op {
   op_code code = op_code::read;
   int fd = -1;
+  int dir_fd = AT_FDCWD;                         ///< openat: the directory `path` is relative to
   int flags = 0;                                 ///< openat flags
   ::mode_t mode = 0;                             ///< openat mode
   char const* path = nullptr;                    ///< openat path

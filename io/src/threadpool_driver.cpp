@@ -162,7 +162,7 @@ int threadpool_driver::execute(io_op& op, int wake_fd) noexcept {
   switch (op.code) {
     case op_code::openat:
       do {
-        r = ::openat(AT_FDCWD, op.path, op.flags, op.mode);
+        r = ::openat(op.dir_fd, op.path, op.flags, op.mode);
       } while (r < 0 && errno == EINTR);
       break;
     case op_code::statx:

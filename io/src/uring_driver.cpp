@@ -266,7 +266,7 @@ int uring_driver::prepare(worker& w, io_op& op) noexcept {
   if (sqe == nullptr) return errno;
   switch (op.code) {
     case op_code::openat:
-      io_uring_prep_openat(sqe, AT_FDCWD, op.path, op.flags, op.mode);
+      io_uring_prep_openat(sqe, op.dir_fd, op.path, op.flags, op.mode);
       break;
     case op_code::statx:
       io_uring_prep_statx(sqe, op.fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS,

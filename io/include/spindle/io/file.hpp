@@ -9,7 +9,7 @@
 // like pread/pwrite: one system call, a count that may be short (at most
 // 0x7ffff000 bytes per call), and 0 from read_at at end of file. On
 // descriptors that cannot seek (pipes, sockets) the offset is ignored.
-// open() always adds O_CLOEXEC. The destructor closes a still-open
+// open() and open_at() always add O_CLOEXEC. The destructor closes a still-open
 // descriptor synchronously with ::close (errors ignored); close() closes it
 // through the driver and reports errors.
 //
@@ -19,7 +19,8 @@
 // directory), EBADF (operation on a closed or moved-from file), ENOSPC, EIO,
 // ... as the system call reports them; ECANCELED when the runtime is shutting
 // down; EPERM (std::errc::operation_not_permitted) when awaited outside a
-// spindle task (use runtime::block_on).
+// spindle task (use runtime::block_on). One open_at overload reports the
+// system call's errno in a std::error_code instead of throwing.
 //
 // Cancellation: join_handle::abort() of a task suspended in one of these
 // operations never resumes it. An operation the driver has not started yet is
@@ -50,6 +51,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <system_error>
 #include <vector>
 
 #include "spindle/task.hpp"
@@ -92,6 +94,34 @@ class file {
   /// Throws std::system_error: ENOENT, EACCES, EISDIR (O_WRONLY/O_RDWR on a
   /// directory), EEXIST (O_CREAT|O_EXCL), ELOOP, EMFILE, ...
   static task<file> open(std::filesystem::path path, int flags = O_RDONLY, mode_t mode = 0644);
+
+  /// Opens `path` relative to the directory open as `dir_fd` (openat(2)),
+  /// flags and mode as open(). A relative `path` is resolved from that
+  /// directory, so only `path` itself (not the directory's own path) counts
+  /// against PATH_MAX, and a directory renamed meanwhile is still the one
+  /// used; an absolute `path` ignores `dir_fd`; AT_FDCWD is the current
+  /// directory (then this is open()). `dir_fd` must stay open until the
+  /// task completes; the file does not depend on it afterwards.
+  /// Throws std::system_error: ENOTDIR (`dir_fd` is not a directory and
+  /// `path` is relative), EBADF (`dir_fd` is not an open descriptor),
+  /// ENOENT, EACCES, ELOOP, ENAMETOOLONG (`path` or one of its components is
+  /// too long), EMFILE, ENFILE, ...
+  static task<file> open_at(int dir_fd, std::filesystem::path path, int flags = O_RDONLY,
+                            mode_t mode = 0644);
+  /// open_at(dir.native_handle(), ...): relative to the directory `dir` is
+  /// open on (O_RDONLY|O_DIRECTORY, or O_PATH). `dir` must outlive the task.
+  /// Throws as above; EBADF when `dir` is not open.
+  static task<file> open_at(file const& dir, std::filesystem::path path, int flags = O_RDONLY,
+                            mode_t mode = 0644);
+  /// open_at(dir_fd, ...) without exceptions for what the system call
+  /// reports (std::filesystem's convention): on failure sets `ec` to the
+  /// errno (std::system_category) and returns a file that is not open; on
+  /// success clears `ec`. For callers that expect failures and act on them
+  /// (EMFILE: retry later; ENOENT: removed meanwhile) without paying for an
+  /// exception, or formatting a message, each time. `ec` must outlive the
+  /// task. Still throws EPERM when awaited outside a spindle task.
+  static task<file> open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode,
+                            std::error_code& ec);
 
   /// Takes ownership of `fd` (any descriptor: a file, a pipe, a socket).
   /// A negative fd makes a file that is not open.
