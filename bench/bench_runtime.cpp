@@ -279,7 +279,7 @@ void ping_pong(benchmark::State& state) {
 }
 #else
 void ping_pong(benchmark::State& state) {
-  state.SkipWithError("spindle/oneshot.hpp is not available in this build");
+  state.SkipWithError("no spindle/oneshot.hpp in this build");
   for (auto _ : state) {
   }
 }
