@@ -1,13 +1,22 @@
 // File I/O benchmarks (Google Benchmark): 4 KiB random reads at queue depth
 // 1 and 32 (one task per read in flight) and 128 KiB sequential reads at
-// depth 8, on a file in the page cache, with both spindle backends and a
-// plain pread loop on one thread as the baseline. The file is 256 MiB by
-// default; SPINDLE_BENCH_FILE_MIB changes it (the comparison uses
-// 1024). Reported: bytes/s and items (reads)/s.
+// depth 8, with both spindle backends and a plain pread loop on one thread as
+// the baseline; each on a file in the page cache (warm) and on one dropped
+// from it before every iteration (cold, posix_fadvise(POSIX_FADV_DONTNEED);
+// skipped with an error where the kernel keeps the pages, e.g. on tmpfs).
+// Reported: bytes/s and items (reads)/s.
+//
+// The file: SPINDLE_BENCH_FILE=PATH reads an existing file (bench/compare
+// shares one with fio); otherwise a temporary file of SPINDLE_BENCH_FILE_MIB
+// MiB (default 256; the comparison uses 1024) is created and removed
+// at exit. Worker counts: 1 and 2, or only N when SPINDLE_BENCH_WORKERS=N.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -32,12 +41,22 @@ std::uint64_t file_bytes() {
   return (n == 0 ? 256 : n) * 1024 * 1024;
 }
 
-// The test file: created once, filled, read once so that it is in the page
-// cache, removed at exit.
+// The test file: SPINDLE_BENCH_FILE, or created once, filled and removed at
+// exit.
 struct test_file {
   fs::path path;
-  std::uint64_t bytes = file_bytes();
+  std::uint64_t bytes = 0;
+  bool owned = false;
   test_file() {
+    if (char const* given = std::getenv("SPINDLE_BENCH_FILE"); given != nullptr && *given) {
+      path = given;
+      struct stat st {};
+      if (::stat(given, &st) != 0 || st.st_size < static_cast<off_t>(large_block)) std::abort();
+      bytes = static_cast<std::uint64_t>(st.st_size);
+      return;
+    }
+    bytes = file_bytes();
+    owned = true;
     std::string tmpl = (fs::temp_directory_path() / "spindle-bench-io-XXXXXX").string();
     int fd = ::mkstemp(tmpl.data());
     if (fd < 0) std::abort();
@@ -48,17 +67,51 @@ struct test_file {
     for (std::uint64_t off = 0; off < bytes; off += chunk.size()) {
       if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)) < 0) std::abort();
     }
-    for (std::uint64_t off = 0; off < bytes; off += chunk.size()) {
-      if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)) < 0) std::abort();
-    }
     ::close(fd);
   }
-  ~test_file() { fs::remove(path); }
+  ~test_file() {
+    if (owned) fs::remove(path);
+  }
 };
 
 test_file& the_file() {
   static test_file f;
   return f;
+}
+
+// Reads the whole file once so that it is in the page cache.
+void warm_cache() {
+  int fd = ::open(the_file().path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) std::abort();
+  std::vector<char> chunk(1 << 20);
+  for (std::uint64_t off = 0; off < the_file().bytes; off += chunk.size()) {
+    if (::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)) < 0) std::abort();
+  }
+  ::close(fd);
+}
+
+// Drops the file from the page cache; false when the pages stay (checked
+// with mincore on the first 64 MiB).
+bool drop_cache() {
+  int fd = ::open(the_file().path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::fdatasync(fd);
+  bool ok = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  std::size_t probe = static_cast<std::size_t>(std::min<std::uint64_t>(the_file().bytes, 64 << 20));
+  void* map = ::mmap(nullptr, probe, PROT_READ, MAP_SHARED, fd, 0);
+  if (ok && map != MAP_FAILED) {
+    std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> resident((probe + page - 1) / page);
+    if (::mincore(map, probe, resident.data()) == 0) {
+      std::size_t in_cache = 0;
+      for (unsigned char r : resident)
+        in_cache += r & 1;
+      ok = in_cache * 10 < resident.size();  // at most 10% still cached
+    }
+  }
+  if (map != MAP_FAILED) ::munmap(map, probe);
+  ::close(fd);
+  return ok;
 }
 
 std::uint64_t next_offset(std::uint64_t& rng, std::uint64_t blocks, std::size_t block) {
@@ -107,11 +160,22 @@ void spindle_reads(benchmark::State& state, io_backend backend, std::size_t bloc
                    bool sequential) {
   int depth = static_cast<int>(state.range(0));
   std::size_t workers = static_cast<std::size_t>(state.range(1));
+  bool cold = state.range(2) != 0;
   spindle::runtime rt{{.workers = workers, .io = backend}};
   file f = rt.block_on(open_file(the_file().path));
   constexpr int reads_per_iteration = 2048;
   int reads_each = reads_per_iteration / depth;
+  if (!cold) warm_cache();
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      bool dropped = drop_cache();
+      state.ResumeTiming();
+      if (!dropped) {
+        state.SkipWithError("cannot drop the file from the page cache here");
+        break;
+      }
+    }
     std::uint64_t got = rt.block_on(run_depth(&f, depth, reads_each, block, sequential));
     if (got != static_cast<std::uint64_t>(reads_each) * depth * block) {
       state.SkipWithError("short read");
@@ -136,8 +200,9 @@ void sequential_128k_threadpool(benchmark::State& s) {
   spindle_reads(s, io_backend::threadpool, large_block, true);
 }
 
-// Baseline: one thread, blocking pread, depth 1.
+// Baseline: one thread, blocking pread, depth 1, warm.
 void random_4k_pread(benchmark::State& state) {
+  warm_cache();
   int fd = ::open(the_file().path.c_str(), O_RDONLY | O_CLOEXEC);
   std::vector<char> buffer(small_block);
   std::uint64_t rng = 12345;
@@ -152,13 +217,47 @@ void random_4k_pread(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(small_block));
 }
 
-// Args: {queue depth, workers}.
-BENCHMARK(random_4k_uring)->Args({1, 1})->Args({32, 1})->Args({32, 2})->UseRealTime();
-BENCHMARK(random_4k_threadpool)->Args({1, 1})->Args({32, 1})->Args({32, 2})->UseRealTime();
-BENCHMARK(sequential_128k_uring)->Args({8, 2})->UseRealTime();
-BENCHMARK(sequential_128k_threadpool)->Args({8, 2})->UseRealTime();
-BENCHMARK(random_4k_pread);
+std::vector<int> worker_counts() {
+  char const* env = std::getenv("SPINDLE_BENCH_WORKERS");
+  if (env != nullptr && std::atoi(env) > 0) return {std::atoi(env)};
+  return {1, 2};
+}
+
+// Args: {queue depth, workers, cold}. Warm ones first: the cold ones leave
+// the file partly out of the cache (each warm benchmark re-reads it anyway).
+void register_all() {
+  using fn = void (*)(benchmark::State&);
+  struct entry {
+    char const* name;
+    fn run;
+    std::vector<int> depths;
+  };
+  entry const entries[] = {
+      {"random_4k_uring", random_4k_uring, {1, 32}},
+      {"random_4k_threadpool", random_4k_threadpool, {1, 32}},
+      {"sequential_128k_uring", sequential_128k_uring, {8}},
+      {"sequential_128k_threadpool", sequential_128k_threadpool, {8}},
+  };
+  for (int cold : {0, 1}) {
+    for (entry const& e : entries) {
+      auto* b = benchmark::RegisterBenchmark(e.name, e.run);
+      for (int w : worker_counts()) {
+        for (int d : e.depths)
+          b->Args({d, w, cold});
+      }
+      b->ArgNames({"depth", "workers", "cold"})->UseRealTime();
+    }
+  }
+  benchmark::RegisterBenchmark("random_4k_pread", random_4k_pread);
+}
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

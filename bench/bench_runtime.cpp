@@ -1,12 +1,116 @@
-// Runtime micro-benchmarks (Google Benchmark): spawn, spawn+await, yield,
-// fork-join fib, ping-pong through join handles. Workloads and parameters
-// follow Tokio's benches/rt_multi_threaded.rs where one exists.
+// Runtime micro-benchmarks (Google Benchmark): spawn (local, remote, remote
+// while the workers are busy), yield, ping-pong through one-shot channels,
+// chained spawn, spawn+await, fork-join fib and the memory of 1,000,000
+// suspended tasks. Workloads and parameters follow Tokio's
+// benches/rt_multi_threaded.rs (10,000 spawns, 200 tasks x 1,000 yields,
+// 1,000 ping-pong rounds, a chain of 1,000 spawns, busy tasks that yield and
+// stall 10 µs); bench/peers/tokio runs the same ones on Tokio for
+// bench/compare.
+//
+// Worker counts: 1 and 2, or only N when SPINDLE_BENCH_WORKERS=N.
+//
+// This binary replaces the global operator new/delete with counting versions
+// (malloc/free underneath): spawn_await reports `allocs_per_pair`, the heap
+// allocations per spawn+await pair in steady state (after a warm-up of 1,000
+// pairs), which the frame pools should keep at 0.
+//
+// memory_per_task measures the process RSS growth: it is exact only when it
+// runs alone in a fresh process (--benchmark_filter=memory_per_task), as
+// bench/compare runs it.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "spindle/runtime.hpp"
+
+#if __has_include("spindle/oneshot.hpp")
+#include "spindle/oneshot.hpp"
+#define SPINDLE_BENCH_HAVE_ONESHOT 1
+#else
+#define SPINDLE_BENCH_HAVE_ONESHOT 0
+#endif
+
+// ---------------------------------------------------------------------------
+// Counting allocator hook: every global operator new counts one allocation.
+
+namespace {
+std::atomic<std::uint64_t> heap_allocations{0};
+
+void* counted_alloc(std::size_t bytes) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (bytes == 0) bytes = 1;
+  if (void* p = std::malloc(bytes)) return p;
+  throw std::bad_alloc();
+}
+
+void* counted_alloc_aligned(std::size_t bytes, std::align_val_t align) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  std::size_t a = static_cast<std::size_t>(align);
+  if (a < sizeof(void*)) a = sizeof(void*);
+  std::size_t rounded = (bytes + a - 1) / a * a;
+  if (void* p = std::aligned_alloc(a, rounded == 0 ? a : rounded)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  return counted_alloc(bytes);
+}
+void* operator new[](std::size_t bytes) {
+  return counted_alloc(bytes);
+}
+void* operator new(std::size_t bytes, std::nothrow_t const&) noexcept {
+  try {
+    return counted_alloc(bytes);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t bytes, std::nothrow_t const&) noexcept {
+  try {
+    return counted_alloc(bytes);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new(std::size_t bytes, std::align_val_t align) {
+  return counted_alloc_aligned(bytes, align);
+}
+void* operator new[](std::size_t bytes, std::align_val_t align) {
+  return counted_alloc_aligned(bytes, align);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -14,58 +118,106 @@ using spindle::join_handle;
 using spindle::runtime;
 using spindle::task;
 
+constexpr int num_spawn = 10'000;
+
 std::size_t workers_arg(benchmark::State const& state) {
   return static_cast<std::size_t>(state.range(0));
 }
 
+// A completion signal from a task to the benchmark thread (Tokio's
+// benchmarks use a std::sync::mpsc channel for this). One lives across the
+// iterations, reset() before each: the setter may still be inside
+// notify_one() when the waiter returns.
+class done_signal {
+ public:
+  void reset() noexcept { done_.store(false, std::memory_order_relaxed); }
+  void set() noexcept {
+    done_.store(true, std::memory_order_release);
+    done_.notify_one();
+  }
+  void wait() noexcept { done_.wait(false, std::memory_order_acquire); }
+
+ private:
+  std::atomic<bool> done_{false};
+};
+
 // spawn_many_local: inside the runtime spawn 10,000 tasks that decrement an
-// atomic; the last one to finish is awaited through all the handles.
-task<void> bump(std::atomic<int>* counter) {
-  counter->fetch_sub(1, std::memory_order_relaxed);
+// atomic; the last one signals completion.
+task<void> count_down(std::atomic<int>* remaining, done_signal* done) {
+  if (remaining->fetch_sub(1, std::memory_order_relaxed) == 1) done->set();
   co_return;
 }
 
-task<void> spawn_many(int n, std::atomic<int>* counter) {
-  std::vector<join_handle<void>> handles;
-  handles.reserve(static_cast<std::size_t>(n));
+task<void> spawn_detached(int n, std::atomic<int>* remaining, done_signal* done) {
   for (int i = 0; i < n; ++i)
-    handles.push_back(spindle::spawn(bump(counter)));
-  for (auto& h : handles)
-    co_await h;
+    static_cast<void>(spindle::spawn(count_down(remaining, done)));
+  co_return;
 }
 
 void spawn_many_local(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
-  constexpr int n = 10'000;
+  done_signal done;
   for (auto _ : state) {
-    std::atomic<int> counter{n};
-    rt.block_on(spawn_many(n, &counter));
-    if (counter.load() != 0) state.SkipWithError("lost a task");
+    std::atomic<int> remaining{num_spawn};
+    done.reset();
+    rt.block_on(spawn_detached(num_spawn, &remaining, &done));
+    done.wait();
   }
-  state.SetItemsProcessed(state.iterations() * n);
+  state.SetItemsProcessed(state.iterations() * num_spawn);
 }
-BENCHMARK(spawn_many_local)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// spawn_many_remote_idle: 10,000 spawns from a non-worker thread, then join all.
+// spawn_many_remote_idle: 10,000 spawns from a non-worker thread, then join
+// all. spawn_many_remote_busy: the same while 2 x workers tasks loop over
+// yield_now + a 10 µs stall.
+task<void> nothing() {
+  co_return;
+}
+
 task<void> join_all(std::vector<join_handle<void>>* handles) {
   for (auto& h : *handles)
     co_await h;
 }
 
+void spawn_many_remote(benchmark::State& state, runtime& rt) {
+  std::vector<join_handle<void>> handles;
+  handles.reserve(num_spawn);
+  for (auto _ : state) {
+    for (int i = 0; i < num_spawn; ++i)
+      handles.push_back(rt.spawn(nothing()));
+    rt.block_on(join_all(&handles));
+    handles.clear();
+  }
+  state.SetItemsProcessed(state.iterations() * num_spawn);
+}
+
 void spawn_many_remote_idle(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
-  constexpr int n = 10'000;
-  for (auto _ : state) {
-    std::atomic<int> counter{n};
-    std::vector<join_handle<void>> handles;
-    handles.reserve(n);
-    for (int i = 0; i < n; ++i)
-      handles.push_back(rt.spawn(bump(&counter)));
-    rt.block_on(join_all(&handles));
-  }
-  state.SetItemsProcessed(state.iterations() * n);
+  spawn_many_remote(state, rt);
 }
-BENCHMARK(spawn_many_remote_idle)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void stall() {
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::microseconds(10))
+    std::this_thread::yield();
+}
+
+task<void> busy(std::atomic<bool>* keep_going) {
+  while (keep_going->load(std::memory_order_relaxed)) {
+    co_await spindle::yield_now{};
+    stall();
+  }
+}
+
+void spawn_many_remote_busy(benchmark::State& state) {
+  runtime rt{{.workers = workers_arg(state)}};
+  std::atomic<bool> keep_going{true};
+  std::vector<join_handle<void>> busy_tasks;
+  for (std::size_t i = 0; i < 2 * workers_arg(state); ++i)
+    busy_tasks.push_back(rt.spawn(busy(&keep_going)));
+  spawn_many_remote(state, rt);
+  keep_going.store(false, std::memory_order_relaxed);
+  rt.block_on(join_all(&busy_tasks));
+}
 
 // yield_many: 200 tasks x 1,000 yield_now.
 task<void> yielder(int n) {
@@ -87,42 +239,109 @@ void yield_many(benchmark::State& state) {
     rt.block_on(yield_many_root());
   state.SetItemsProcessed(state.iterations() * 200 * 1000);
 }
-BENCHMARK(yield_many)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// chained_spawn: a chain of 1,000 sequential spawns.
-task<void> chain(int left) {
-  if (left == 0) co_return;
-  co_await spindle::spawn(chain(left - 1));
+// ping_pong: 1,000 rounds; each spawns a task that spawns a peer, and the two
+// exchange two one-shot messages; the last round signals completion.
+#if SPINDLE_BENCH_HAVE_ONESHOT
+template <class Receiver, class Sender>
+task<void> pong(Receiver rx, Sender tx) {
+  int v = co_await rx;
+  static_cast<void>(tx.send(v + 1));
+}
+
+task<void> ping(std::atomic<int>* remaining, done_signal* done) {
+  auto [tx1, rx1] = spindle::make_oneshot<int>();
+  auto [tx2, rx2] = spindle::make_oneshot<int>();
+  static_cast<void>(spindle::spawn(pong(std::move(rx1), std::move(tx2))));
+  static_cast<void>(tx1.send(1));
+  int v = co_await rx2;
+  benchmark::DoNotOptimize(v);
+  if (remaining->fetch_sub(1, std::memory_order_relaxed) == 1) done->set();
+}
+
+task<void> ping_pong_root(int rounds, std::atomic<int>* remaining, done_signal* done) {
+  for (int i = 0; i < rounds; ++i)
+    static_cast<void>(spindle::spawn(ping(remaining, done)));
+  co_return;
+}
+
+void ping_pong(benchmark::State& state) {
+  runtime rt{{.workers = workers_arg(state)}};
+  constexpr int rounds = 1000;
+  done_signal done;
+  for (auto _ : state) {
+    std::atomic<int> remaining{rounds};
+    done.reset();
+    rt.block_on(ping_pong_root(rounds, &remaining, &done));
+    done.wait();
+  }
+  state.SetItemsProcessed(state.iterations() * rounds);
+}
+#else
+void ping_pong(benchmark::State& state) {
+  state.SkipWithError("no spindle/oneshot.hpp in this build");
+  for (auto _ : state) {
+  }
+}
+#endif
+
+// chained_spawn: a chain of 1,000 sequential spawns (each task spawns the
+// next and finishes); the last one signals completion.
+task<void> chain_link(int left, done_signal* done) {
+  if (left == 0) {
+    done->set();
+  } else {
+    static_cast<void>(spindle::spawn(chain_link(left - 1, done)));
+  }
+  co_return;
 }
 
 void chained_spawn(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
-  for (auto _ : state)
-    rt.block_on(chain(1000));
+  done_signal done;
+  for (auto _ : state) {
+    done.reset();
+    rt.block_on(chain_link(1000, &done));
+    done.wait();
+  }
   state.SetItemsProcessed(state.iterations() * 1000);
 }
-BENCHMARK(chained_spawn)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // spawn_await: from a worker, 100,000 x (spawn a trivial task, await it).
+// `allocs_per_pair` counts heap allocations per pair after 1,000 pairs.
+constexpr int spawn_await_pairs = 100'000;
+constexpr int spawn_await_warmup = 1'000;
+
 task<int> trivial(int v) {
   co_return v;
 }
 
-task<long> spawn_await_loop(int n) {
+task<long> spawn_await_loop(int n, std::uint64_t* steady_allocations) {
   long sum = 0;
-  for (int i = 0; i < n; ++i)
+  std::uint64_t before = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i == spawn_await_warmup) before = heap_allocations.load(std::memory_order_relaxed);
     sum += co_await spindle::spawn(trivial(i));
+  }
+  *steady_allocations = heap_allocations.load(std::memory_order_relaxed) - before;
   co_return sum;
+}
+
+task<long> on_a_worker(int n, std::uint64_t* steady_allocations) {
+  co_return co_await spindle::spawn(spawn_await_loop(n, steady_allocations));
 }
 
 void spawn_await(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
-  constexpr int n = 100'000;
+  std::uint64_t steady_allocations = 0;
   for (auto _ : state)
-    benchmark::DoNotOptimize(rt.block_on(spawn_await_loop(n)));
-  state.SetItemsProcessed(state.iterations() * n);
+    benchmark::DoNotOptimize(rt.block_on(on_a_worker(spawn_await_pairs, &steady_allocations)));
+  state.SetItemsProcessed(state.iterations() * spawn_await_pairs);
+  // The allocations of the last iteration (allocations on other threads in
+  // the same window would count too: the runtime is otherwise idle).
+  state.counters["allocs_per_pair"] = static_cast<double>(steady_allocations) /
+                                      static_cast<double>(spawn_await_pairs - spawn_await_warmup);
 }
-BENCHMARK(spawn_await)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // fib(n) fork-join: spawn one child, compute the other inline, join.
 task<long> fib(int n) {
@@ -139,13 +358,106 @@ void fib_fork_join(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(rt.block_on(fib(n)));
 }
-BENCHMARK(fib_fork_join)
-    ->Args({1, 25})
-    ->Args({2, 25})
-    ->Args({2, 30})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+
+// memory_per_task: RSS growth per task with 1,000,000 spawned tasks that are
+// suspended with nothing to wake them (the runtime's destructor destroys
+// their frames).
+struct suspend_until_shutdown {
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) const noexcept {
+    return spindle::detail::suspend_current(h) != nullptr;
+  }
+  void await_resume() const noexcept {}
+};
+
+task<void> parked(std::atomic<int>* started) {
+  started->fetch_add(1, std::memory_order_relaxed);
+  co_await suspend_until_shutdown{};
+}
+
+task<void> spawn_parked(int n, std::atomic<int>* started) {
+  for (int i = 0; i < n; ++i)
+    static_cast<void>(spindle::spawn(parked(started)));
+  co_return;
+}
+
+double status_bytes(char const* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kib = 0;
+  std::size_t len = std::strlen(field);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, field, len) == 0) {
+      kib = std::strtod(line + len, nullptr);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+void memory_per_task(benchmark::State& state) {
+  constexpr int n = 1'000'000;
+  double per_task = 0;
+  for (auto _ : state) {
+    runtime rt{{.workers = workers_arg(state)}};
+    double before = status_bytes("VmRSS:");
+    std::atomic<int> started{0};
+    rt.block_on(spawn_parked(n, &started));
+    while (started.load(std::memory_order_relaxed) < n)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    per_task = (status_bytes("VmRSS:") - before) / n;
+  }
+  state.counters["bytes_per_task"] = per_task;
+}
+
+std::vector<int> worker_counts() {
+  char const* env = std::getenv("SPINDLE_BENCH_WORKERS");
+  if (env != nullptr && std::atoi(env) > 0) return {std::atoi(env)};
+  return {1, 2};
+}
+
+void register_all() {
+  using fn = void (*)(benchmark::State&);
+  struct entry {
+    char const* name;
+    fn run;
+    benchmark::TimeUnit unit;
+  };
+  entry const entries[] = {
+      {"spawn_many_local", spawn_many_local, benchmark::kMicrosecond},
+      {"spawn_many_remote_idle", spawn_many_remote_idle, benchmark::kMicrosecond},
+      {"spawn_many_remote_busy", spawn_many_remote_busy, benchmark::kMicrosecond},
+      {"yield_many", yield_many, benchmark::kMillisecond},
+      {"ping_pong", ping_pong, benchmark::kMicrosecond},
+      {"chained_spawn", chained_spawn, benchmark::kMicrosecond},
+      {"spawn_await", spawn_await, benchmark::kMillisecond},
+  };
+  std::vector<int> workers = worker_counts();
+  for (entry const& e : entries) {
+    auto* b = benchmark::RegisterBenchmark(e.name, e.run);
+    for (int w : workers)
+      b->Arg(w);
+    b->UseRealTime()->Unit(e.unit);
+  }
+  auto* fib_bench = benchmark::RegisterBenchmark("fib_fork_join", fib_fork_join);
+  for (int w : workers)
+    fib_bench->Args({w, 30})->Args({w, 35});
+  fib_bench->UseRealTime()->Unit(benchmark::kMillisecond);
+  auto* memory = benchmark::RegisterBenchmark("memory_per_task", memory_per_task);
+  for (int w : workers)
+    memory->Arg(w);
+  memory->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,325 @@
+//! Tokio side of spindle's `bench/compare`: the runtime workloads with the
+//! parameters of Tokio's own benches/rt_multi_threaded.rs (10,000 spawns,
+//! 200 tasks x 1,000 yields, 1,000 ping-pong rounds, a chain of 1,000 spawns,
+//! a 10 µs stall in the busy tasks), plus spawn+await, fork-join fib and the
+//! memory of 1,000,000 suspended tasks.
+//!
+//! Usage: spindle-peer-tokio --workers N [--reps R] [--min-time SECONDS]
+//!                           [--workload NAME]...
+//! Prints one JSON object on stdout:
+//!   {"system": "tokio", "workers": N, "results": [
+//!      {"workload": NAME, "unit": UNIT, "samples": [v, ...]}, ...]}
+//! Each sample is the mean over enough iterations to last --min-time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::{Builder, Runtime};
+use tokio::sync::oneshot;
+
+const NUM_SPAWN: usize = 10_000;
+const STALL: Duration = Duration::from_micros(10);
+
+fn runtime(workers: usize) -> Runtime {
+    Builder::new_multi_thread()
+        .worker_threads(workers)
+        .build()
+        .expect("building the Tokio runtime")
+}
+
+/// Runs `body` once to warm up, then `reps` samples, each the mean over as many
+/// iterations as fill `min_time`; returns the samples in `scale` units per
+/// iteration (1e-3: µs, 1e-6: ms, ...) divided by `per`.
+fn measure<F: FnMut()>(reps: usize, min_time: f64, scale: f64, per: f64, mut body: F) -> Vec<f64> {
+    let start = Instant::now();
+    body();
+    let once = start.elapsed().as_secs_f64().max(1e-9);
+    let iters = ((min_time / once).ceil() as usize).max(1);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        for _ in 0..iters {
+            body();
+        }
+        let ns = start.elapsed().as_nanos() as f64 / iters as f64;
+        samples.push(ns * scale / per);
+    }
+    samples
+}
+
+fn stall() {
+    let start = Instant::now();
+    while start.elapsed() < STALL {
+        std::thread::yield_now();
+    }
+}
+
+fn spawn_many_local(rt: &Runtime) {
+    let (tx, rx) = mpsc::sync_channel(1);
+    let rem = Arc::new(AtomicUsize::new(NUM_SPAWN));
+    rt.block_on(async {
+        for _ in 0..NUM_SPAWN {
+            let tx = tx.clone();
+            let rem = rem.clone();
+            tokio::spawn(async move {
+                if rem.fetch_sub(1, Relaxed) == 1 {
+                    tx.send(()).unwrap();
+                }
+            });
+        }
+        rx.recv().unwrap();
+    });
+}
+
+fn spawn_many_remote(rt: &Runtime) {
+    let mut handles = Vec::with_capacity(NUM_SPAWN);
+    for _ in 0..NUM_SPAWN {
+        handles.push(rt.spawn(async {}));
+    }
+    rt.block_on(async {
+        for handle in handles.drain(..) {
+            handle.await.unwrap();
+        }
+    });
+}
+
+fn yield_many(rt: &Runtime) {
+    const TASKS: usize = 200;
+    const YIELDS: usize = 1_000;
+    let (tx, rx) = mpsc::sync_channel(TASKS);
+    for _ in 0..TASKS {
+        let tx = tx.clone();
+        rt.spawn(async move {
+            for _ in 0..YIELDS {
+                tokio::task::yield_now().await;
+            }
+            tx.send(()).unwrap();
+        });
+    }
+    for _ in 0..TASKS {
+        rx.recv().unwrap();
+    }
+}
+
+fn ping_pong(rt: &Runtime) {
+    const ROUNDS: usize = 1_000;
+    let (done_tx, done_rx) = mpsc::sync_channel(1);
+    let rem = Arc::new(AtomicUsize::new(ROUNDS));
+    rt.block_on(async {
+        tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let rem = rem.clone();
+                let done_tx = done_tx.clone();
+                tokio::spawn(async move {
+                    let (tx1, rx1) = oneshot::channel::<()>();
+                    let (tx2, rx2) = oneshot::channel::<()>();
+                    tokio::spawn(async move {
+                        rx1.await.unwrap();
+                        tx2.send(()).unwrap();
+                    });
+                    tx1.send(()).unwrap();
+                    rx2.await.unwrap();
+                    if rem.fetch_sub(1, Relaxed) == 1 {
+                        done_tx.send(()).unwrap();
+                    }
+                });
+            }
+        });
+        done_rx.recv().unwrap();
+    });
+}
+
+fn chain(done: mpsc::SyncSender<()>, left: usize) {
+    if left == 0 {
+        done.send(()).unwrap();
+    } else {
+        tokio::spawn(async move { chain(done, left - 1) });
+    }
+}
+
+fn chained_spawn(rt: &Runtime) {
+    let (done_tx, done_rx) = mpsc::sync_channel(1);
+    rt.block_on(async {
+        tokio::spawn(async move { chain(done_tx, 1_000) });
+        done_rx.recv().unwrap();
+    });
+}
+
+const SPAWN_AWAIT_PAIRS: usize = 100_000;
+
+fn spawn_await(rt: &Runtime) -> u64 {
+    rt.block_on(async {
+        tokio::spawn(async {
+            let mut sum = 0u64;
+            for i in 0..SPAWN_AWAIT_PAIRS as u64 {
+                sum += tokio::spawn(async move { i }).await.unwrap();
+            }
+            sum
+        })
+        .await
+        .unwrap()
+    })
+}
+
+fn fib(n: u32) -> Pin<Box<dyn Future<Output = u64> + Send>> {
+    Box::pin(async move {
+        if n < 2 {
+            return n as u64;
+        }
+        let child = tokio::spawn(fib(n - 1));
+        let b = fib(n - 2).await;
+        let a = child.await.unwrap();
+        a + b
+    })
+}
+
+fn status_kib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for line in status.lines() {
+        if let Some(rest) = line.strip_prefix(field) {
+            let kib: String = rest.chars().filter(|c| c.is_ascii_digit()).collect();
+            return kib.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    0.0
+}
+
+/// Peak RSS growth per task with 1,000,000 spawned tasks suspended forever
+/// (run it in a fresh process: the driver does).
+fn memory_per_task(workers: usize) -> f64 {
+    const TASKS: usize = 1_000_000;
+    let rt = runtime(workers);
+    let before = status_kib("VmRSS:");
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    rt.block_on(async move {
+        for _ in 0..TASKS {
+            let s = s.clone();
+            drop(tokio::spawn(async move {
+                s.fetch_add(1, Relaxed);
+                std::future::pending::<()>().await;
+            }));
+        }
+    });
+    while started.load(SeqCst) < TASKS {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let peak = status_kib("VmHWM:");
+    rt.shutdown_background();
+    (peak - before) * 1024.0 / TASKS as f64
+}
+
+fn main() {
+    let mut workers = 2usize;
+    let mut reps = 5usize;
+    let mut min_time = 0.2f64;
+    let mut wanted: Vec<String> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| panic!("{} needs a value", arg));
+        match arg.as_str() {
+            "--workers" => workers = value().parse().expect("--workers N"),
+            "--reps" => reps = value().parse().expect("--reps R"),
+            "--min-time" => min_time = value().parse().expect("--min-time SECONDS"),
+            "--workload" => wanted.push(value()),
+            _ => {
+                eprintln!("spindle-peer-tokio: unknown argument {}", arg);
+                std::process::exit(2);
+            }
+        }
+    }
+    let all = [
+        "spawn_many_local",
+        "spawn_many_remote_idle",
+        "spawn_many_remote_busy",
+        "yield_many",
+        "ping_pong",
+        "chained_spawn",
+        "spawn_await",
+        "fib_30",
+        "fib_35",
+        "memory_per_task",
+    ];
+    if wanted.is_empty() {
+        wanted = all.iter().map(|s| s.to_string()).collect();
+    }
+    let mut out: Vec<String> = Vec::new();
+    for name in &wanted {
+        let (unit, samples): (&str, Vec<f64>) = match name.as_str() {
+            "spawn_many_local" => {
+                let rt = runtime(workers);
+                ("us", measure(reps, min_time, 1e-3, 1.0, || spawn_many_local(&rt)))
+            }
+            "spawn_many_remote_idle" => {
+                let rt = runtime(workers);
+                ("us", measure(reps, min_time, 1e-3, 1.0, || spawn_many_remote(&rt)))
+            }
+            "spawn_many_remote_busy" => {
+                let rt = runtime(workers);
+                let flag = Arc::new(AtomicBool::new(true));
+                for _ in 0..2 * workers {
+                    let flag = flag.clone();
+                    rt.spawn(async move {
+                        while flag.load(Relaxed) {
+                            tokio::task::yield_now().await;
+                            stall();
+                        }
+                    });
+                }
+                let s = measure(reps, min_time, 1e-3, 1.0, || spawn_many_remote(&rt));
+                flag.store(false, Relaxed);
+                ("us", s)
+            }
+            "yield_many" => {
+                let rt = runtime(workers);
+                ("ms", measure(reps, min_time, 1e-6, 1.0, || yield_many(&rt)))
+            }
+            "ping_pong" => {
+                let rt = runtime(workers);
+                ("us", measure(reps, min_time, 1e-3, 1.0, || ping_pong(&rt)))
+            }
+            "chained_spawn" => {
+                let rt = runtime(workers);
+                ("us", measure(reps, min_time, 1e-3, 1.0, || chained_spawn(&rt)))
+            }
+            "spawn_await" => {
+                let rt = runtime(workers);
+                let expect = (SPAWN_AWAIT_PAIRS as u64) * (SPAWN_AWAIT_PAIRS as u64 - 1) / 2;
+                let s = measure(reps, min_time, 1.0, SPAWN_AWAIT_PAIRS as f64, || {
+                    assert_eq!(spawn_await(&rt), expect);
+                });
+                ("ns/pair", s)
+            }
+            "fib_30" | "fib_35" => {
+                let n: u32 = if name == "fib_30" { 30 } else { 35 };
+                let rt = runtime(workers);
+                let s = measure(reps, min_time, 1e-6, 1.0, || {
+                    let v = rt.block_on(fib(n));
+                    assert!(v > 0);
+                });
+                ("ms", s)
+            }
+            "memory_per_task" => ("bytes/task", vec![memory_per_task(workers)]),
+            _ => {
+                eprintln!("spindle-peer-tokio: unknown workload {}", name);
+                std::process::exit(2);
+            }
+        };
+        let list: Vec<String> = samples.iter().map(|v| format!("{:.6}", v)).collect();
+        out.push(format!(
+            "{{\"workload\": \"{}\", \"unit\": \"{}\", \"samples\": [{}]}}",
+            name,
+            unit,
+            list.join(", ")
+        ));
+    }
+    println!(
+        "{{\"system\": \"tokio\", \"workers\": {}, \"results\": [\n  {}\n]}}",
+        workers,
+        out.join(",\n  ")
+    );
+}
