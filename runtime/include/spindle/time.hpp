@@ -227,7 +227,8 @@ struct abort_unfinished {
 };
 
 template <class T>
-task<T> timeout_at(std::chrono::steady_clock::time_point deadline, task<T> work) {
+SPINDLE_COROUTINE_TEMPLATE task<T> timeout_at(std::chrono::steady_clock::time_point deadline,
+                                              task<T> work) {
   join_handle<T> child = spawn(std::move(work));
   abort_unfinished<T> guard{child};
   if (!co_await join_or_deadline{child.header(), deadline}) {
