@@ -103,22 +103,42 @@ struct waiter_trace {
   void after() { resumed_on.store(worker_index()); }
 };
 
+/// Keeps the worker that runs it busy (no suspension) until `*stop`; sets
+/// `*running` first. With a 1-worker runtime this holds woken tasks in the
+/// queue, so that they can be aborted after their wake and before they run.
+/// static, not inline: clang 14 with -fsanitize=address cannot emit an inline
+/// (comdat) coroutine ("Cannot represent a difference across sections").
+[[maybe_unused]] static spindle::task<void> occupy_worker(std::atomic<bool>* running,
+                                                          std::atomic<bool>* stop) {
+  running->store(true);
+  while (!stop->load())
+    std::this_thread::yield();
+  co_return;
+}
+
 namespace detail_ {
 struct pins {
   std::atomic<int> running{0};
   std::atomic<std::size_t> worker[2] = {no_worker, no_worker};
   std::atomic<int> command[2] = {0, 0};  // 0 spin, 1 run `action` then end, 2 end
   std::function<void()> action;
+  std::function<spindle::task<void>()> async_action;  ///< instead of `action`
 };
 
 // static, not inline: clang 14 with -fsanitize=address cannot emit an inline
 // (comdat) coroutine ("Cannot represent a difference across sections").
-static spindle::task<void> pin(pins* p, int i) {
+[[maybe_unused]] static spindle::task<void> pin(pins* p, int i) {
   p->worker[i].store(worker_index());
   p->running.fetch_add(1);
   for (;;) {
     int cmd = p->command[i].load();
-    if (cmd == 1) p->action();
+    if (cmd == 1) {
+      if (p->async_action) {
+        co_await p->async_action();  // must complete without suspending
+      } else {
+        p->action();
+      }
+    }
     if (cmd != 0) co_return;
     std::this_thread::yield();  // keeps this worker busy
   }
@@ -127,14 +147,12 @@ static spindle::task<void> pin(pins* p, int i) {
 
 /// Cross-worker wake, made deterministic on a runtime of exactly 2 workers:
 /// the waiter traced by `trace` has suspended (on worker X). Two spinning
-/// tasks then occupy both workers; the one that is not on X runs `wake` (so
+/// tasks then occupy both workers; the one that is not on X runs the wake (so
 /// the wake comes from the other worker), while the one on X keeps X busy
 /// until the waiter resumed, so it can only resume on the other worker.
-/// Returns the worker `wake` ran on.
-template <class Wake>
-std::size_t wake_from_the_other_worker(spindle::runtime& rt, waiter_trace& trace, Wake wake) {
-  detail_::pins p;
-  p.action = wake;
+/// Returns the worker the wake ran on.
+inline std::size_t wake_from_the_other_worker_with(spindle::runtime& rt, waiter_trace& trace,
+                                                   detail_::pins& p) {
   std::size_t x = trace.suspended_on.load();
   EXPECT_NE(x, no_worker) << "the waiter did not record its worker";
   // One at a time: a worker fetching both from the global queue would keep
@@ -155,6 +173,23 @@ std::size_t wake_from_the_other_worker(spindle::runtime& rt, waiter_trace& trace
   EXPECT_NE(waker, x) << "the wake did not come from another worker";
   EXPECT_NE(trace.resumed_on.load(), x) << "resumed on the worker that was kept busy";
   return waker;
+}
+
+/// Runs `wake` (a plain callable) as described above.
+template <class Wake>
+std::size_t wake_from_the_other_worker(spindle::runtime& rt, waiter_trace& trace, Wake wake) {
+  detail_::pins p;
+  p.action = wake;
+  return wake_from_the_other_worker_with(rt, trace, p);
+}
+
+/// The same, with a wake that is a task (it must complete without
+/// suspending, e.g. the arrival that completes a barrier phase).
+inline std::size_t wake_from_the_other_worker_async(spindle::runtime& rt, waiter_trace& trace,
+                                                    std::function<spindle::task<void>()> wake) {
+  detail_::pins p;
+  p.async_action = std::move(wake);
+  return wake_from_the_other_worker_with(rt, trace, p);
 }
 
 }  // namespace sync_test

@@ -44,14 +44,6 @@ task<void> lock_then_flag(mutex* m, [[maybe_unused]] tracked local, std::atomic<
   resumed->store(true);
 }
 
-/// Holds the lock while it spins, keeping the (only) worker busy.
-task<void> spin_until(std::atomic<bool>* running, std::atomic<bool>* stop) {
-  running->store(true);
-  while (!stop->load())
-    std::this_thread::yield();
-  co_return;
-}
-
 TEST(Mutex, LockTryLockAndUnlock) {
   spindle::runtime rt{{.workers = 2}};
   mutex m;
@@ -271,7 +263,7 @@ TEST(Mutex, LockHandedToAnAbortedTaskIsPassedOn) {
   ASSERT_TRUE(wait_for_waiters(m, 1));
   auto b = rt.spawn(lock_then_flag(&m, tracked(c), &b_resumed));
   ASSERT_TRUE(wait_for_waiters(m, 2));
-  auto spinner = rt.spawn(spin_until(&running, &stop));
+  auto spinner = rt.spawn(sync_test::occupy_worker(&running, &stop));
   ASSERT_TRUE(spindle_test::wait_until([&] { return running.load(); }));
   m.unlock();  // handed to A, which is queued behind the spinner
   EXPECT_EQ(m.waiter_count(), 1u);
