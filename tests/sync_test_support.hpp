@@ -43,6 +43,13 @@ inline void spin(int n) {
   }
 }
 
+/// The skew for round `r` of a race loop: spread over [-50000, 150000] spins
+/// (tens of microseconds each way), so that the loop covers `a` well before
+/// `b`, both at once, and `b` well after `a` (after a woken task resumed).
+inline int skew_for(long r) {
+  return static_cast<int>((r * 7919) % 200001) - 50000;
+}
+
 /// Runs `a` on a helper thread and `b` on the calling thread at nearly the
 /// same moment. `skew` (may be negative) delays `b` (or `a`) by that many
 /// spins, so that a loop over skews covers both orders and the overlap.

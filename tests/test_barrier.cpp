@@ -132,7 +132,7 @@ TEST(Barrier, ReusableAcrossPhasesOnAllWorkersWithAPlainThread) {
   spindle::runtime rt{{.workers = 4}};
   int const tasks = 15;
   phased p{tasks + 1};
-  long const rounds = scaled(400, 30);
+  long const rounds = scaled(400, 150);
   std::vector<join_handle<void>> handles;
   for (int i = 0; i < tasks; ++i) {
     handles.push_back(rt.spawn(run_phases(&p, static_cast<std::size_t>(i), rounds)));
@@ -178,24 +178,29 @@ TEST(Barrier, AbortedWaiterWithdrawsItsArrival) {
 TEST(Barrier, AbortRacingThePhaseCompletion) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
-  long const rounds = scaled(300, 30);
+  long const rounds = scaled(300, 150);
   int withdrawn = 0;
   for (long r = 0; r < rounds; ++r) {
     barrier b{2};
     std::atomic<int> passed{0};
     auto a = rt.spawn(arrive(&b, tracked(c), &passed));
     ASSERT_TRUE(wait_for_waiters(b, 1));
+    std::atomic<bool> ready{false};
     std::atomic<bool> go{false};
     bool t_leader = false;
+    int skew = sync_test::skew_for(r);
     // A plain thread arrives (it blocks if A's arrival was withdrawn first).
     std::thread t([&] {
+      ready.store(true);
       while (!go.load()) {
       }
+      if (skew < 0) sync_test::spin(-skew);
       t_leader = b.blocking_arrive_and_wait();
     });
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    while (!ready.load()) {
+    }
     go.store(true);
-    sync_test::spin(skew < 0 ? -skew : 0);
+    if (skew > 0) sync_test::spin(skew);
     a.abort();
     bool cancelled = ended_cancelled(a);
     join_handle<bool> extra;

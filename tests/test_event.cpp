@@ -138,7 +138,7 @@ task<void> relay(event* mine, event* next, std::atomic<long>* passed) {
 
 TEST(Event, RelayAcrossAllWorkers) {
   spindle::runtime rt{{.workers = 4}};
-  long const n = scaled(2000, 100);
+  long const n = scaled(2000, 400);
   std::vector<std::unique_ptr<event>> events;
   for (long i = 0; i <= n; ++i)
     events.push_back(std::make_unique<event>());
@@ -197,14 +197,14 @@ TEST(Event, AbortedWaiterLeavesTheList) {
 TEST(Event, AbortRacingSet) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
-  long const rounds = scaled(400, 40);
+  long const rounds = scaled(400, 150);
   for (long r = 0; r < rounds; ++r) {
     event ev;
     std::atomic<int> woken{0};
     auto a = rt.spawn(wait_then_count(&ev, tracked(c), &woken));
     auto b = rt.spawn(wait_then_count(&ev, tracked(c), &woken));
     ASSERT_TRUE(wait_for_waiters(ev, 2));
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    int skew = sync_test::skew_for(r);
     sync_test::race([&] { ev.set(); }, [&] { a.abort(); }, skew);
     bool cancelled = ended_cancelled(a);
     ASSERT_FALSE(ended_cancelled(b)) << "round " << r;

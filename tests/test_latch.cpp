@@ -179,14 +179,14 @@ TEST(Latch, AbortedWaiterLeavesTheList) {
 TEST(Latch, AbortRacingTheLastCountDown) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
-  long const rounds = scaled(400, 40);
+  long const rounds = scaled(400, 150);
   for (long r = 0; r < rounds; ++r) {
     latch l{1};
     std::atomic<int> woken{0};
     auto a = rt.spawn(wait_then_count(&l, tracked(c), &woken));
     auto b = rt.spawn(wait_then_count(&l, tracked(c), &woken));
     ASSERT_TRUE(wait_for_waiters(l, 2));
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    int skew = sync_test::skew_for(r);
     sync_test::race([&] { l.count_down(); }, [&] { a.abort(); }, skew);
     bool cancelled = ended_cancelled(a);
     ASSERT_FALSE(ended_cancelled(b)) << "round " << r;

@@ -139,9 +139,9 @@ task<void> increment(shared_counter* s, int rounds) {
 TEST(Mutex, MutualExclusionUnderContentionFromAllWorkersAndThreads) {
   spindle::runtime rt{{.workers = 4}};
   shared_counter s;
-  long const tasks = scaled(2000, 50);
+  long const tasks = scaled(2000, 200);
   int const rounds = 10;
-  int const thread_rounds = static_cast<int>(scaled(2000, 100));
+  int const thread_rounds = static_cast<int>(scaled(2000, 300));
   std::vector<join_handle<void>> handles;
   handles.reserve(static_cast<std::size_t>(tasks));
   for (long i = 0; i < tasks; ++i)
@@ -286,7 +286,7 @@ TEST(Mutex, AbortRacingTheHandOffNeverLosesTheLock) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
   mutex m;
-  long const rounds = scaled(400, 20);
+  long const rounds = scaled(400, 150);
   int a_cancelled = 0;
   for (long r = 0; r < rounds; ++r) {
     std::atomic<bool> a_resumed{false};
@@ -296,7 +296,7 @@ TEST(Mutex, AbortRacingTheHandOffNeverLosesTheLock) {
     ASSERT_TRUE(wait_for_waiters(m, 1));
     auto b = rt.spawn(lock_then_flag(&m, tracked(c), &b_resumed));
     ASSERT_TRUE(wait_for_waiters(m, 2));
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    int skew = sync_test::skew_for(r);
     sync_test::race([&] { m.unlock(); }, [&] { a.abort(); }, skew);
     bool cancelled = ended_cancelled(a);
     a_cancelled += cancelled;

@@ -190,7 +190,7 @@ TEST(Notify, ProducersAndConsumersOnAllWorkersAndThreads) {
   spindle::runtime rt{{.workers = 4}};
   queue_state q;
   int const producers = 16;
-  int const per_producer = static_cast<int>(scaled(2000, 100));
+  int const per_producer = static_cast<int>(scaled(2000, 400));
   std::vector<join_handle<void>> consumers;
   for (int i = 0; i < 4; ++i)
     consumers.push_back(rt.spawn(consume(&q)));
@@ -291,7 +291,7 @@ TEST(Notify, NotifyOneHandedToAnAbortedTaskIsPassedOn) {
 TEST(Notify, AbortRacingNotifyOneLosesAndDuplicatesNothing) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
-  long const rounds = scaled(300, 30);
+  long const rounds = scaled(300, 150);
   for (long r = 0; r < rounds; ++r) {
     notify n;
     std::atomic<int> woken{0};
@@ -299,7 +299,7 @@ TEST(Notify, AbortRacingNotifyOneLosesAndDuplicatesNothing) {
     ASSERT_TRUE(wait_for_waiters(n, 1));
     auto b = rt.spawn(wait_then_count(&n, tracked(c), &woken));
     ASSERT_TRUE(wait_for_waiters(n, 2));
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    int skew = sync_test::skew_for(r);
     sync_test::race([&] { n.notify_one(); }, [&] { a.abort(); }, skew);
     bool cancelled = ended_cancelled(a);
     if (cancelled) {

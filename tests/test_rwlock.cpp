@@ -154,9 +154,9 @@ task<void> mixed(guarded* g, int rounds, int salt) {
 TEST(RwLock, InvariantsUnderContentionFromAllWorkersAndThreads) {
   spindle::runtime rt{{.workers = 4}};
   guarded g;
-  long const tasks = scaled(1000, 60);
+  long const tasks = scaled(1000, 200);
   int const rounds = 8;
-  int const thread_rounds = static_cast<int>(scaled(1000, 60));
+  int const thread_rounds = static_cast<int>(scaled(1000, 200));
   std::vector<join_handle<void>> handles;
   for (long i = 0; i < tasks; ++i) {
     handles.push_back(rt.spawn(mixed(&g, rounds, static_cast<int>(i))));
@@ -354,7 +354,7 @@ TEST(RwLock, AbortRacingTheUnlockNeverLosesTheLock) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
   rwlock rw;
-  long const rounds = scaled(400, 40);
+  long const rounds = scaled(400, 150);
   for (long r = 0; r < rounds; ++r) {
     std::atomic<int> a_done{0};
     std::atomic<int> b_done{0};
@@ -363,7 +363,7 @@ TEST(RwLock, AbortRacingTheUnlockNeverLosesTheLock) {
     ASSERT_TRUE(wait_for_waiters(rw, 1));
     auto b = rt.spawn(read_then_flag(&rw, tracked(c), &b_done));
     ASSERT_TRUE(wait_for_waiters(rw, 2));
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    int skew = sync_test::skew_for(r);
     sync_test::race([&] { rw.unlock_shared(); }, [&] { a.abort(); }, skew);
     bool cancelled = ended_cancelled(a);
     EXPECT_EQ(a_done.load(), cancelled ? 0 : 1);

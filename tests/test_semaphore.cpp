@@ -156,9 +156,9 @@ task<void> hold_permit(bounded* b, int rounds) {
 TEST(Semaphore, NeverMoreHoldersThanPermitsUnderContention) {
   spindle::runtime rt{{.workers = 4}};
   bounded b;
-  long const tasks = scaled(1000, 60);
+  long const tasks = scaled(1000, 200);
   int const rounds = 8;
-  int const thread_rounds = static_cast<int>(scaled(1000, 60));
+  int const thread_rounds = static_cast<int>(scaled(1000, 200));
   std::vector<join_handle<void>> handles;
   for (long i = 0; i < tasks; ++i)
     handles.push_back(rt.spawn(hold_permit(&b, rounds)));
@@ -291,7 +291,7 @@ TEST(Semaphore, AbortRacingReleaseNeverLosesAPermit) {
   counts c;
   spindle::runtime rt{{.workers = 2}};
   semaphore sem{0};
-  long const rounds = scaled(400, 40);
+  long const rounds = scaled(400, 150);
   for (long r = 0; r < rounds; ++r) {
     std::atomic<bool> a_resumed{false};
     std::atomic<bool> b_resumed{false};
@@ -299,7 +299,7 @@ TEST(Semaphore, AbortRacingReleaseNeverLosesAPermit) {
     ASSERT_TRUE(wait_for_waiters(sem, 1));
     auto b = rt.spawn(acquire_flag_release(&sem, 1, tracked(c), &b_resumed));
     ASSERT_TRUE(wait_for_waiters(sem, 2));
-    int skew = static_cast<int>((r * 37) % 801) - 400;
+    int skew = sync_test::skew_for(r);
     sync_test::race([&] { sem.release(); }, [&] { a.abort(); }, skew);
     bool cancelled = ended_cancelled(a);
     EXPECT_EQ(a_resumed.load(), !cancelled);

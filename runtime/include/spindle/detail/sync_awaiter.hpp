@@ -79,7 +79,7 @@ void grant_all(wait_list& list, wake_batch& wakes) noexcept {
 }
 
 template <class Primitive, class Node = sync_node>
-class sync_awaiter : public Node {
+class sync_awaiter : protected Node {
  public:
   explicit sync_awaiter(Primitive& p) noexcept : prim_(&p) {}
   sync_awaiter(sync_awaiter const&) = delete;
