@@ -7,13 +7,20 @@
 // Design source: DESIGN.md "Public contract".
 #pragma once
 
+#include "spindle/barrier.hpp"
 #include "spindle/broadcast.hpp"
 #include "spindle/channel.hpp"
 #include "spindle/errors.hpp"
+#include "spindle/event.hpp"
 #include "spindle/io.hpp"
 #include "spindle/join_handle.hpp"
+#include "spindle/latch.hpp"
+#include "spindle/mutex.hpp"
+#include "spindle/notify.hpp"
 #include "spindle/oneshot.hpp"
 #include "spindle/runtime.hpp"
+#include "spindle/rwlock.hpp"
+#include "spindle/semaphore.hpp"
 #include "spindle/stats.hpp"
 #include "spindle/stop_token.hpp"
 #include "spindle/task.hpp"

@@ -26,6 +26,12 @@
 // futex. The notifier must not touch the node after notify(); the blocked
 // thread must not let the node die before it has seen thread_word == 1.
 //
+// Waking outside the lock: a waker that wakes several nodes unlinks them
+// under the lock, marks each as handed its resource, collects them in a
+// wake_batch and notifies them after unlocking (the batch's destructor does
+// it, so declare the batch before the lock guard). An unlinked node is
+// written by nobody but the batch until it is notified.
+//
 // Thread-safety: a wait_list is not synchronized; its owner's lock guards it
 // and every node's links and `linked` flag.
 // Design source: the intrusive waiter lists of Tokio's sync module
@@ -64,7 +70,8 @@ struct wait_node {
 
   /// Thread waiters: blocks until notify() has been called.
   void wait_as_thread() noexcept {
-    while (thread_word.load(std::memory_order_acquire) == 0) thread_word.wait(0);
+    while (thread_word.load(std::memory_order_acquire) == 0)
+      thread_word.wait(0);
   }
 };
 
@@ -116,13 +123,54 @@ class wait_list {
 
   /// Moves every node of this list to the end of `other`, in order.
   void splice_into(wait_list& other) noexcept {
-    while (wait_node* n = pop_front()) other.push_back(n);
+    while (wait_node* n = pop_front())
+      other.push_back(n);
   }
 
  private:
   wait_node* head_ = nullptr;
   wait_node* tail_ = nullptr;
   std::size_t size_ = 0;
+};
+
+/// Unlinked nodes waiting to be notified once the owner's lock is released,
+/// in the order they were pushed. Chains them through `next` (the nodes are
+/// in no list). Its destructor notifies whatever is left.
+class wake_batch {
+ public:
+  wake_batch() noexcept = default;
+  wake_batch(wake_batch const&) = delete;
+  wake_batch& operator=(wake_batch const&) = delete;
+  ~wake_batch() { notify_all(); }
+
+  [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
+
+  /// Adds an unlinked node (popped or removed from its list).
+  void push(wait_node* n) noexcept {
+    n->next = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next = n;
+    } else {
+      head_ = n;
+    }
+    tail_ = n;
+  }
+
+  /// Notifies every node, front first. Call without the owner's lock.
+  void notify_all() noexcept {
+    wait_node* n = head_;
+    head_ = tail_ = nullptr;
+    while (n != nullptr) {
+      wait_node* after = n->next;  // read before notify: the node may die then
+      n->next = nullptr;
+      n->notify();
+      n = after;
+    }
+  }
+
+ private:
+  wait_node* head_ = nullptr;
+  wait_node* tail_ = nullptr;
 };
 
 }  // namespace spindle::detail
