@@ -118,6 +118,19 @@ task_header* scheduler_core::fetch_global(worker* w) noexcept {
   std::size_t got = inject.pop_batch(w->batch.data(), n);
   if (got == 0) return nullptr;
   w->counters.global_batch_fetches.add();
+  if (got > 1 && idle.num_unparked() < workers.size()) {
+    // Some worker sleeps: the batch buffer is private, so a long poll of
+    // this worker would strand the rest of the batch there. Put it in the
+    // ring, where it can be stolen, and wake a helper (Tokio moves every
+    // batch to its run queue; this keeps Volt's lock-free buffer when all
+    // workers are busy anyway).
+    for (std::size_t i = 1; i < got; ++i) {
+      if (w->queue.push_back(w->batch[i], inject)) w->counters.overflows.add();
+    }
+    notify_parked();
+    w->batch_head = w->batch_len = 0;
+    return w->batch[0];
+  }
   w->batch_head = 1;
   w->batch_len = static_cast<std::uint32_t>(got);
   return w->batch[0];

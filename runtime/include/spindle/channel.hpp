@@ -176,7 +176,7 @@ inline void require_no_task(char const* what) {
 }
 
 /// How a wait ended. Written by the waker under the primitive's lock.
-enum class wait_status : unsigned char { waiting, done, closed };
+enum class channel_wait_status : unsigned char { waiting, done, closed };
 
 }  // namespace detail
 
@@ -191,12 +191,12 @@ class channel {
   // buffer) takes it.
   struct send_node : detail::wait_node {
     T* value = nullptr;
-    detail::wait_status status = detail::wait_status::waiting;
+    detail::channel_wait_status status = detail::channel_wait_status::waiting;
   };
   // A waiting receiver: a sender hands it a value directly.
   struct recv_node : detail::wait_node {
     std::optional<T> slot;
-    detail::wait_status status = detail::wait_status::waiting;
+    detail::channel_wait_status status = detail::channel_wait_status::waiting;
   };
 
  public:
@@ -237,9 +237,9 @@ class channel {
       detail::wake_chain wakes;
       std::lock_guard lock{ch_->mutex_};
       if (ch_->closed_) {
-        this->status = detail::wait_status::closed;
+        this->status = detail::channel_wait_status::closed;
       } else if (ch_->try_send_locked(value_, wakes)) {
-        this->status = detail::wait_status::done;
+        this->status = detail::channel_wait_status::done;
       } else {
         this->task = self;
         ch_->senders_.push_back(this);
@@ -252,7 +252,7 @@ class channel {
     }
     void await_resume() {
       suspended_ = false;
-      if (this->status == detail::wait_status::closed) throw channel_closed{};
+      if (this->status == detail::channel_wait_status::closed) throw channel_closed{};
     }
 
    private:
@@ -305,7 +305,7 @@ class channel {
       senders_.push_back(&node);
     }
     node.wait_as_thread();
-    if (node.status == detail::wait_status::closed) throw channel_closed{};
+    if (node.status == detail::channel_wait_status::closed) throw channel_closed{};
   }
 
   // ----------------------------------------------------------------- recv
@@ -394,7 +394,7 @@ class channel {
     // a value handed to a receiver may still come back.
     end_receivers_if_drained(wakes);
     while (detail::wait_node* n = senders_.pop_front()) {
-      static_cast<send_node*>(n)->status = detail::wait_status::closed;
+      static_cast<send_node*>(n)->status = detail::channel_wait_status::closed;
       wakes.add(n);
     }
   }
@@ -439,7 +439,7 @@ class channel {
   void end_receivers_if_drained(detail::wake_chain& wakes) noexcept {
     if (!drained_locked()) return;
     while (detail::wait_node* n = receivers_.pop_front()) {
-      static_cast<recv_node*>(n)->status = detail::wait_status::closed;
+      static_cast<recv_node*>(n)->status = detail::channel_wait_status::closed;
       wakes.add(n);
     }
   }
@@ -448,7 +448,7 @@ class channel {
   void hand_to_receiver(detail::wait_node* n, T&& v, detail::wake_chain& wakes) noexcept {
     auto* r = static_cast<recv_node*>(n);
     r->slot.emplace(std::move(v));
-    r->status = detail::wait_status::done;
+    r->status = detail::channel_wait_status::done;
     // A task may be aborted before it resumes and give the value back.
     if (r->task != nullptr) ++in_flight_;
     wakes.add(r);
@@ -487,7 +487,7 @@ class channel {
       if (!senders_.empty() && buffer_.size() < capacity_) {
         auto* s = static_cast<send_node*>(senders_.pop_front());
         buffer_.push_back(std::move(*s->value));
-        s->status = detail::wait_status::done;
+        s->status = detail::channel_wait_status::done;
         wakes.add(s);
       }
       return true;
@@ -495,7 +495,7 @@ class channel {
     if (detail::wait_node* n = senders_.pop_front()) {  // rendezvous
       auto* s = static_cast<send_node*>(n);
       out.emplace(std::move(*s->value));
-      s->status = detail::wait_status::done;
+      s->status = detail::channel_wait_status::done;
       wakes.add(s);
       return true;
     }
@@ -516,7 +516,7 @@ class channel {
     detail::wake_chain wakes;
     std::lock_guard lock{mutex_};
     if (receivers_.remove(node)) return;
-    if (node->status != detail::wait_status::done || !node->slot) return;
+    if (node->status != detail::channel_wait_status::done || !node->slot) return;
     --in_flight_;
     if (detail::wait_node* n = receivers_.pop_front()) {
       hand_to_receiver(n, std::move(*node->slot), wakes);
