@@ -199,6 +199,12 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
 }
 
 void scheduler::schedule(task_header* task) noexcept {
+  // Shutting down: every unfinished task is about to be destroyed from the
+  // owned lists, and frame destructors wake others (a dropped oneshot sender
+  // wakes its receiver). Queueing them would leave queue links into headers
+  // that are freed next (found by the stress test that shuts down in the
+  // middle of random trees: a later push wrote through a freed header).
+  if (shutdown_.load(std::memory_order_acquire)) return;
   thread_context& ctx = this_thread_context();
   if (ctx.self != nullptr && ctx.sched == this) {
     core_.schedule_local(ctx.self, task, false);
