@@ -309,6 +309,8 @@ TEST(Semaphore, RuntimeShutdownWithdrawsWaitingTasks) {
     spindle::runtime rt{{.workers = 2}};
     std::atomic<bool> resumed{false};
     auto a = rt.spawn(acquire_flag_release(&sem, 2, tracked(c), &resumed));
+    // b queues behind a only once a waits (run first, b takes the permit).
+    ASSERT_TRUE(wait_for_waiters(sem, 1));
     auto b = rt.spawn(acquire_flag_release(&sem, 1, tracked(c), &resumed));
     ASSERT_TRUE(wait_for_waiters(sem, 2));
   }
