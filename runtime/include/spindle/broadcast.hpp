@@ -179,15 +179,8 @@ class broadcast {
     [[nodiscard]] std::optional<T> blocking_recv() {
       check_valid();
       detail::require_no_task("spindle: broadcast blocking_recv inside a spindle task");
-      detail::wait_node node;
-      {
-        std::lock_guard lock{state_->mutex};
-        if (ready_locked()) return take_locked();
-        state_->waiters.push_back(&node);
-      }
-      node.wait_as_thread();
-      std::lock_guard lock{state_->mutex};
-      return take_locked();
+      return detail::wait_as_thread_unless(
+          *state_, [this] { return ready_locked(); }, [this] { return take_locked(); });
     }
 
     /// True once the broadcast is closed (values may still be unread).

@@ -146,15 +146,8 @@ class watch {
     bool blocking_changed() {
       check_valid();
       detail::require_no_task("spindle: watch blocking_changed inside a spindle task");
-      detail::wait_node node;
-      {
-        std::lock_guard lock{state_->mutex};
-        if (ready_locked()) return mark_seen_locked();
-        state_->waiters.push_back(&node);
-      }
-      node.wait_as_thread();
-      std::lock_guard lock{state_->mutex};
-      return mark_seen_locked();
+      return detail::wait_as_thread_unless(
+          *state_, [this] { return ready_locked(); }, [this] { return mark_seen_locked(); });
     }
 
     /// True when a value newer than the last seen one exists (no waiting).

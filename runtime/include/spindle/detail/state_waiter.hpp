@@ -19,6 +19,9 @@
 //     return take_locked();
 //   }
 //
+// Threads outside the runtime wait with wait_as_thread_unless (same
+// condition, same list).
+//
 // Errors: suspend_unless throws std::system_error(operation_not_permitted)
 // with the given message outside a spindle task.
 // Thread-safety: one awaiter is awaited once, by one task.
@@ -86,5 +89,22 @@ class state_waiter : wait_node {
   State* state_ = nullptr;
   bool suspended_ = false;
 };
+
+/// The same wait for a thread outside the runtime (blocking_ calls): returns
+/// take() under the state's mutex once ready() holds, blocking the thread
+/// until the next wake of `waiters` when it does not hold yet (no
+/// cancellation). Call without the mutex.
+template <class State, class Ready, class Take>
+auto wait_as_thread_unless(State& state, Ready ready, Take take) {
+  wait_node node;
+  {
+    std::lock_guard lock{state.mutex};
+    if (ready()) return take();
+    state.waiters.push_back(&node);
+  }
+  node.wait_as_thread();
+  std::lock_guard lock{state.mutex};
+  return take();
+}
 
 }  // namespace spindle::detail
