@@ -110,17 +110,41 @@ struct waiter_trace {
   void after() { resumed_on.store(worker_index()); }
 };
 
-/// Keeps the worker that runs it busy (no suspension) until `*stop`; sets
-/// `*running` first. With a 1-worker runtime this holds woken tasks in the
-/// queue, so that they can be aborted after their wake and before they run.
-/// static, not inline: clang 14 with -fsanitize=address cannot emit an inline
-/// (comdat) coroutine ("Cannot represent a difference across sections").
-[[maybe_unused]] static spindle::task<void> occupy_worker(std::atomic<bool>* running,
-                                                          std::atomic<bool>* stop) {
-  running->store(true);
-  while (!stop->load())
-    std::this_thread::yield();
-  co_return;
+using spindle_test::occupy_worker;
+
+/// Waits on `prim` (its wait()), then counts the wake in `*woken`; `local`
+/// counts the frame's life. Shared by the event, latch and notify tests.
+/// static, not inline: see spindle_test::occupy_worker.
+template <class Primitive>
+[[maybe_unused]] static spindle::task<void> wait_then_count(
+    Primitive* prim, [[maybe_unused]] spindle_test::tracked local, std::atomic<int>* woken) {
+  co_await prim->wait();
+  woken->fetch_add(1);
+}
+
+/// Waits on `prim` (its wait()), recording where it suspended and resumed.
+/// static, not inline: see spindle_test::occupy_worker.
+template <class Primitive>
+[[maybe_unused]] static spindle::task<void> wait_traced(Primitive* prim, waiter_trace* trace) {
+  trace->before();
+  co_await prim->wait();
+  trace->after();
+}
+
+/// Awaits `start()` on the calling thread, outside any spindle task, and
+/// stores the code of the std::system_error it throws in `*code`; sets
+/// `*completed` (if given) when the await completed instead. A result (a
+/// guard, a permit) is dropped at once. static, not inline: see
+/// spindle_test::occupy_worker.
+template <class Start>
+[[maybe_unused]] static spindle_test::eager await_outside_a_task(Start start, std::error_code* code,
+                                                                 bool* completed = nullptr) {
+  try {
+    (void)co_await start();
+    if (completed != nullptr) *completed = true;
+  } catch (std::system_error const& e) {
+    *code = e.code();
+  }
 }
 
 namespace detail_ {

@@ -24,7 +24,6 @@ using spindle::barrier;
 using spindle::join_handle;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
@@ -73,20 +72,12 @@ TEST(Barrier, TheLastArrivalLeadsAndReleasesThePhase) {
   EXPECT_EQ(b.phase(), 1u);
 }
 
-eager arrive_outside_a_task(barrier* b, std::error_code* code) {
-  try {
-    co_await b->arrive_and_wait();
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(Barrier, MisuseErrors) {
   EXPECT_EQ(system_error_of([] { barrier bad{0}; }), std::errc::invalid_argument);
   EXPECT_EQ(system_error_of([] { barrier bad{-3}; }), std::errc::invalid_argument);
   barrier b{2};
   std::error_code code;
-  arrive_outside_a_task(&b, &code);
+  sync_test::await_outside_a_task([&] { return b.arrive_and_wait(); }, &code);
   EXPECT_EQ(code, std::errc::operation_not_permitted);
   spindle::runtime rt{{.workers = 1}};
   auto blocking_inside = [](barrier* b) -> task<bool> {

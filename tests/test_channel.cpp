@@ -352,13 +352,7 @@ TEST(Channel, AValueHandedToAnAbortedReceiverGoesToTheNextOne) {
   ASSERT_TRUE(wait_until([&] { return ch.waiting_receivers() == 2; }));
   std::atomic<bool> release{false};
   std::atomic<bool> busy{false};
-  auto blocker = [](std::atomic<bool>& go, std::atomic<bool>& started) -> task<void> {
-    started.store(true);
-    while (!go.load())
-      std::this_thread::yield();
-    co_return;
-  };
-  auto b = rt.spawn(blocker(release, busy));
+  auto b = rt.spawn(spindle_test::occupy_worker(&busy, &release));
   ASSERT_TRUE(wait_until([&] { return busy.load(); }));
   ASSERT_TRUE(ch.try_send(std::make_unique<int>(42)));  // handed to `first`, which is queued
   EXPECT_EQ(ch.waiting_receivers(), 1u);
@@ -379,13 +373,7 @@ TEST(Channel, AValueHandedToAnAbortedReceiverReturnsToTheBuffer) {
   ASSERT_TRUE(wait_until([&] { return ch.waiting_receivers() == 1; }));
   std::atomic<bool> release{false};
   std::atomic<bool> busy{false};
-  auto blocker = [](std::atomic<bool>& go, std::atomic<bool>& started) -> task<void> {
-    started.store(true);
-    while (!go.load())
-      std::this_thread::yield();
-    co_return;
-  };
-  auto b = rt.spawn(blocker(release, busy));
+  auto b = rt.spawn(spindle_test::occupy_worker(&busy, &release));
   ASSERT_TRUE(wait_until([&] { return busy.load(); }));
   ASSERT_TRUE(ch.try_send(std::make_unique<int>(1)));
   // Queued behind: the channel is empty again and accepts the next value.
@@ -418,15 +406,9 @@ TEST(Channel, CloseDoesNotEndReceiversWhileAHandedValueMayComeBack) {
     ASSERT_TRUE(wait_until([&] { return ch.waiting_receivers() == 2; }));
     std::atomic<bool> release{false};
     std::atomic<bool> busy{false};
-    auto blocker = [](std::atomic<bool>& go, std::atomic<bool>& started) -> task<void> {
-      started.store(true);
-      while (!go.load())
-        std::this_thread::yield();
-      co_return;
-    };
-    auto b = rt.spawn(blocker(release, busy));
+    auto b = rt.spawn(spindle_test::occupy_worker(&busy, &release));
     ASSERT_TRUE(wait_until([&] { return busy.load(); }));
-    ASSERT_TRUE(ch.try_send(42));  // handed to `first`, which is queued behind the blocker
+    ASSERT_TRUE(ch.try_send(42));  // handed to `first`, which is queued behind `b`
     ch.close();
     EXPECT_EQ(ch.waiting_receivers(), 1u) << "close() ended a receiver while a value was in flight";
     if (abort_first) first.abort();

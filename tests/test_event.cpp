@@ -26,21 +26,17 @@ using spindle::event;
 using spindle::join_handle;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
 using sync_test::ended_cancelled;
 using sync_test::system_error_of;
 using sync_test::wait_for_waiters;
+using sync_test::wait_then_count;
+using sync_test::wait_traced;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
-
-task<void> wait_then_count(event* ev, [[maybe_unused]] tracked local, std::atomic<int>* woken) {
-  co_await ev->wait();
-  woken->fetch_add(1);
-}
 
 TEST(Event, SetWakesEveryWaiterAndStaysSet) {
   counts c;
@@ -75,20 +71,11 @@ TEST(Event, SetWakesEveryWaiterAndStaysSet) {
   EXPECT_EQ(woken.load(), n + 2);
 }
 
-eager wait_outside_a_task(event* ev, std::error_code* code, bool* done) {
-  try {
-    co_await ev->wait();
-    *done = true;
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(Event, MisuseAndInitiallySet) {
   event unset;
   std::error_code code;
   bool done = false;
-  wait_outside_a_task(&unset, &code, &done);
+  sync_test::await_outside_a_task([&] { return unset.wait(); }, &code, &done);
   EXPECT_EQ(code, std::errc::operation_not_permitted);
   EXPECT_FALSE(done);
   EXPECT_EQ(unset.waiter_count(), 0u);
@@ -96,7 +83,8 @@ TEST(Event, MisuseAndInitiallySet) {
   event set{true};
   EXPECT_TRUE(set.is_set());
   code = {};
-  wait_outside_a_task(&set, &code, &done);  // completes without suspending
+  // Completes without suspending:
+  sync_test::await_outside_a_task([&] { return set.wait(); }, &code, &done);
   EXPECT_TRUE(done);
   EXPECT_EQ(code, std::error_code{});
   set.blocking_wait();
@@ -227,12 +215,6 @@ TEST(Event, RuntimeShutdownWithdrawsWaitingTasks) {
   EXPECT_EQ(c.alive(), 0);
   EXPECT_EQ(ev.waiter_count(), 0u);
   ev.set();
-}
-
-task<void> wait_traced(event* ev, sync_test::waiter_trace* trace) {
-  trace->before();
-  co_await ev->wait();
-  trace->after();
 }
 
 TEST(Event, WaiterWokenFromAnotherWorkerResumesThere) {

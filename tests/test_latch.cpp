@@ -24,21 +24,17 @@ using spindle::join_handle;
 using spindle::latch;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
 using sync_test::ended_cancelled;
 using sync_test::system_error_of;
 using sync_test::wait_for_waiters;
+using sync_test::wait_then_count;
+using sync_test::wait_traced;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
-
-task<void> wait_then_count(latch* l, [[maybe_unused]] tracked local, std::atomic<int>* woken) {
-  co_await l->wait();
-  woken->fetch_add(1);
-}
 
 TEST(Latch, CountsDownToZero) {
   latch l{3};
@@ -60,14 +56,6 @@ TEST(Latch, CountsDownToZero) {
   EXPECT_EQ(woken.load(), 1);
 }
 
-eager wait_outside_a_task(latch* l, std::error_code* code) {
-  try {
-    co_await l->wait();
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(Latch, MisuseErrors) {
   EXPECT_EQ(system_error_of([] { latch bad{-1}; }), std::errc::invalid_argument);
   latch l{2};
@@ -80,7 +68,7 @@ TEST(Latch, MisuseErrors) {
 
   latch pending{1};
   std::error_code code;
-  wait_outside_a_task(&pending, &code);
+  sync_test::await_outside_a_task([&] { return pending.wait(); }, &code);
   EXPECT_EQ(code, std::errc::operation_not_permitted);
   spindle::runtime rt{{.workers = 1}};
   auto blocking_inside = [](latch* l) -> task<bool> {
@@ -209,12 +197,6 @@ TEST(Latch, RuntimeShutdownWithdrawsWaitingTasks) {
   EXPECT_EQ(c.alive(), 0);
   EXPECT_EQ(l.waiter_count(), 0u);
   l.count_down();
-}
-
-task<void> wait_traced(latch* l, sync_test::waiter_trace* trace) {
-  trace->before();
-  co_await l->wait();
-  trace->after();
 }
 
 TEST(Latch, WaiterWokenFromAnotherWorkerResumesThere) {

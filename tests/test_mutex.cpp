@@ -28,7 +28,6 @@ using spindle::mutex;
 using spindle::mutex_guard;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
@@ -91,19 +90,11 @@ TEST(Mutex, GuardMovesAdoptsAndReleases) {
   m.unlock();
 }
 
-eager lock_outside_a_task(mutex* m, std::error_code* code) {
-  try {
-    auto guard = co_await m->lock();
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(Mutex, MisuseThrowsOperationNotPermitted) {
   mutex m;
   EXPECT_EQ(system_error_of([&] { m.unlock(); }), std::errc::operation_not_permitted);
   std::error_code outside;
-  lock_outside_a_task(&m, &outside);
+  sync_test::await_outside_a_task([&] { return m.lock(); }, &outside);
   EXPECT_EQ(outside, std::errc::operation_not_permitted);
   EXPECT_TRUE(m.try_lock()) << "a refused await took the lock";
   m.unlock();

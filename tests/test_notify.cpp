@@ -27,21 +27,17 @@ using spindle::join_handle;
 using spindle::notify;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
 using sync_test::ended_cancelled;
 using sync_test::system_error_of;
 using sync_test::wait_for_waiters;
+using sync_test::wait_then_count;
+using sync_test::wait_traced;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
-
-task<void> wait_then_count(notify* n, [[maybe_unused]] tracked local, std::atomic<int>* woken) {
-  co_await n->wait();
-  woken->fetch_add(1);
-}
 
 /// True when a fresh waiter suspends (no permit stored); the waiter is then
 /// released with notify_one. False when it completed at once.
@@ -133,18 +129,10 @@ TEST(Notify, AwaitableCreatedBeforeNotifyAllCompletes) {
   EXPECT_TRUE(fresh_waiter_suspends(rt, n)) << "notify_all stored a permit";
 }
 
-eager wait_outside_a_task(notify* n, std::error_code* code) {
-  try {
-    co_await n->wait();
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(Notify, Misuse) {
   notify n;
   std::error_code code;
-  wait_outside_a_task(&n, &code);
+  sync_test::await_outside_a_task([&] { return n.wait(); }, &code);
   EXPECT_EQ(code, std::errc::operation_not_permitted);
   EXPECT_EQ(n.waiter_count(), 0u);
   spindle::runtime rt{{.workers = 1}};
@@ -329,12 +317,6 @@ TEST(Notify, RuntimeShutdownWithdrawsWaitingTasks) {
   }
   EXPECT_EQ(c.alive(), 0);
   EXPECT_EQ(n.waiter_count(), 0u);
-}
-
-task<void> wait_traced(notify* n, sync_test::waiter_trace* trace) {
-  trace->before();
-  co_await n->wait();
-  trace->after();
 }
 
 TEST(Notify, WaiterWokenFromAnotherWorkerResumesThere) {

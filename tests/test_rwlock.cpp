@@ -31,7 +31,6 @@ using spindle::rwlock_read_guard;
 using spindle::rwlock_write_guard;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
@@ -86,20 +85,12 @@ TEST(RwLock, ReadersShareAndWritersExclude) {
   rw.unlock();
 }
 
-eager lock_outside_a_task(rwlock* rw, std::error_code* code) {
-  try {
-    auto guard = co_await rw->lock();
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(RwLock, MisuseThrowsOperationNotPermitted) {
   rwlock rw;
   EXPECT_EQ(system_error_of([&] { rw.unlock(); }), std::errc::operation_not_permitted);
   EXPECT_EQ(system_error_of([&] { rw.unlock_shared(); }), std::errc::operation_not_permitted);
   std::error_code code;
-  lock_outside_a_task(&rw, &code);
+  sync_test::await_outside_a_task([&] { return rw.lock(); }, &code);
   EXPECT_EQ(code, std::errc::operation_not_permitted);
   EXPECT_TRUE(rw.try_lock()) << "a refused await took the lock";
   rw.unlock();

@@ -28,7 +28,6 @@ using spindle::semaphore;
 using spindle::semaphore_permit;
 using spindle::task;
 using spindle_test::counts;
-using spindle_test::eager;
 using spindle_test::scaled;
 using spindle_test::tracked;
 using spindle_test::wait_and_take;
@@ -97,14 +96,6 @@ TEST(Semaphore, ScopedPermitsAreReleasedByTheirGuard) {
   EXPECT_EQ(spindle_test::run_on_worker(rt, body(&sem)), 5);
 }
 
-eager acquire_outside_a_task(semaphore* sem, std::error_code* code) {
-  try {
-    co_await sem->acquire();
-  } catch (std::system_error const& e) {
-    *code = e.code();
-  }
-}
-
 TEST(Semaphore, MisuseErrors) {
   semaphore full{std::numeric_limits<std::size_t>::max() - 1};
   EXPECT_EQ(system_error_of([&] { full.release(2); }), std::errc::value_too_large);
@@ -112,7 +103,7 @@ TEST(Semaphore, MisuseErrors) {
 
   semaphore sem{1};
   std::error_code outside;
-  acquire_outside_a_task(&sem, &outside);
+  sync_test::await_outside_a_task([&] { return sem.acquire(); }, &outside);
   EXPECT_EQ(outside, std::errc::operation_not_permitted);
   EXPECT_EQ(sem.available(), 1u) << "a refused await took a permit";
 
@@ -318,6 +309,8 @@ TEST(Semaphore, RuntimeShutdownWithdrawsWaitingTasks) {
     spindle::runtime rt{{.workers = 2}};
     std::atomic<bool> resumed{false};
     auto a = rt.spawn(acquire_flag_release(&sem, 2, tracked(c), &resumed));
+    // b queues behind a only once a waits (run first, b takes the permit).
+    ASSERT_TRUE(wait_for_waiters(sem, 1));
     auto b = rt.spawn(acquire_flag_release(&sem, 1, tracked(c), &resumed));
     ASSERT_TRUE(wait_for_waiters(sem, 2));
   }

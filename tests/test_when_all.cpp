@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "combinator_test_support.hpp"
 #include "runtime_test_support.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/runtime.hpp"
@@ -23,54 +24,23 @@
 namespace {
 
 using namespace std::chrono_literals;
+using combinator_test::after_yields;
+using combinator_test::custom_error;
+using combinator_test::park_forever;
+using combinator_test::spin_forever;
+using combinator_test::throw_after_yields;
 using spindle::task;
 using spindle_test::counts;
 using spindle_test::gate;
-using spindle_test::suspend_forever;
 using spindle_test::tracked;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(20)));
 
-struct custom_error : std::runtime_error {
-  explicit custom_error(int c) : std::runtime_error("custom error " + std::to_string(c)), code(c) {}
-  int code;
-};
-
-/// Yields `yields` times, then returns `v`.
-template <class T>
-task<T> after_yields(T v, int yields) {
-  for (int i = 0; i < yields; ++i)
-    co_await spindle::yield_now{};
-  co_return v;
-}
-
 task<void> count_after_yields(std::atomic<int>* counter, int yields) {
   for (int i = 0; i < yields; ++i)
     co_await spindle::yield_now{};
   counter->fetch_add(1);
-}
-
-task<int> throw_after_yields(int code, int yields) {
-  for (int i = 0; i < yields; ++i)
-    co_await spindle::yield_now{};
-  throw custom_error(code);
-  co_return 0;
-}
-
-/// Holds a tracked object and never finishes: only abort ends it.
-task<int> park_forever(counts* c) {
-  tracked t{*c};
-  co_await suspend_forever{};
-  co_return 1;
-}
-
-/// Holds a tracked object and yields forever (it is running or queued when
-/// aborted, never suspended in an awaiter).
-task<int> spin_forever(counts* c) {
-  tracked t{*c};
-  for (;;)
-    co_await spindle::yield_now{};
 }
 
 TEST(WhenAll, VariadicResultsInArgumentOrder) {

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "spindle/channel.hpp"
+#include "spindle/detail/state_waiter.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
 #include "spindle/detail/wake_chain.hpp"
@@ -135,55 +136,28 @@ class broadcast {
     receiver& operator=(receiver const&) = delete;
     ~receiver() { drop(); }
 
-    class [[nodiscard]] recv_awaiter : detail::wait_node {
+    class [[nodiscard]] recv_awaiter : detail::state_waiter<state_type> {
      public:
       explicit recv_awaiter(receiver* rx) noexcept : rx_(rx) {}
-      recv_awaiter(recv_awaiter const&) = delete;
-      recv_awaiter& operator=(recv_awaiter const&) = delete;
-      ~recv_awaiter() {
-        if (suspended_) {
-          std::lock_guard lock{state_->mutex};
-          state_->waiters.remove(this);  // still linked only at shutdown
-        }
-      }
 
       bool await_ready() const {
         rx_->check_valid();
         return false;
       }
       bool await_suspend(std::coroutine_handle<> caller) {
-        detail::task_header* self = detail::suspend_current(caller);
-        detail::require_task(self, "spindle: broadcast recv awaited outside a spindle task");
-        state_ = rx_->state_.get();
-        std::lock_guard lock{state_->mutex};
-        if (rx_->ready_locked()) {
-          detail::set_cancel_hook(self, nullptr, nullptr);
-          return false;
-        }
-        this->task = self;
-        state_->waiters.push_back(this);
-        suspended_ = true;
-        detail::set_cancel_hook(self, &recv_awaiter::on_cancel, this);
-        return true;
+        return this->suspend_unless(caller, rx_->state_.get(),
+                                    "spindle: broadcast recv awaited outside a spindle task",
+                                    [this] { return rx_->ready_locked(); });
       }
       /// The next value; std::nullopt once closed and drained. Throws
       /// broadcast_lagged.
       std::optional<T> await_resume() {
-        suspended_ = false;
-        std::lock_guard lock{state_->mutex};
+        std::lock_guard lock{this->resumed()};
         return rx_->take_locked();
       }
 
      private:
-      static bool on_cancel(void* arg) noexcept {
-        auto* self = static_cast<recv_awaiter*>(arg);
-        std::lock_guard lock{self->state_->mutex};
-        return self->state_->waiters.remove(self);
-      }
-
       receiver* rx_;
-      state_type* state_ = nullptr;
-      bool suspended_ = false;
     };
 
     /// Waits for the next value (see the file comment). The receiver must
@@ -205,15 +179,8 @@ class broadcast {
     [[nodiscard]] std::optional<T> blocking_recv() {
       check_valid();
       detail::require_no_task("spindle: broadcast blocking_recv inside a spindle task");
-      detail::wait_node node;
-      {
-        std::lock_guard lock{state_->mutex};
-        if (ready_locked()) return take_locked();
-        state_->waiters.push_back(&node);
-      }
-      node.wait_as_thread();
-      std::lock_guard lock{state_->mutex};
-      return take_locked();
+      return detail::wait_as_thread_unless(
+          *state_, [this] { return ready_locked(); }, [this] { return take_locked(); });
     }
 
     /// True once the broadcast is closed (values may still be unread).

@@ -50,23 +50,27 @@ struct rwlock_node : sync_node {
 };
 }  // namespace detail
 
-/// Owns a shared (read) lock of an rwlock; unlocks it when destroyed.
-class [[nodiscard]] rwlock_read_guard {
+/// Owns a lock of an rwlock (the exclusive one when Exclusive, else a
+/// shared one); unlocks it when destroyed. Used as rwlock_read_guard and
+/// rwlock_write_guard.
+template <bool Exclusive>
+class [[nodiscard]] rwlock_guard {
  public:
-  rwlock_read_guard() noexcept = default;
-  /// Adopts a shared lock already held (for example after try_lock_shared()).
-  rwlock_read_guard(rwlock& rw, std::adopt_lock_t) noexcept : rw_(&rw) {}
-  rwlock_read_guard(rwlock_read_guard&& other) noexcept : rw_(std::exchange(other.rw_, nullptr)) {}
-  rwlock_read_guard& operator=(rwlock_read_guard&& other) noexcept {
+  rwlock_guard() noexcept = default;
+  /// Adopts a lock already held (for example after try_lock_shared() or
+  /// try_lock()).
+  rwlock_guard(rwlock& rw, std::adopt_lock_t) noexcept : rw_(&rw) {}
+  rwlock_guard(rwlock_guard&& other) noexcept : rw_(std::exchange(other.rw_, nullptr)) {}
+  rwlock_guard& operator=(rwlock_guard&& other) noexcept {
     if (this != &other) {
       unlock();
       rw_ = std::exchange(other.rw_, nullptr);
     }
     return *this;
   }
-  rwlock_read_guard(rwlock_read_guard const&) = delete;
-  rwlock_read_guard& operator=(rwlock_read_guard const&) = delete;
-  ~rwlock_read_guard() { unlock(); }
+  rwlock_guard(rwlock_guard const&) = delete;
+  rwlock_guard& operator=(rwlock_guard const&) = delete;
+  ~rwlock_guard() { unlock(); }
 
   void unlock() noexcept;
   [[nodiscard]] bool owns_lock() const noexcept { return rw_ != nullptr; }
@@ -78,34 +82,10 @@ class [[nodiscard]] rwlock_read_guard {
   rwlock* rw_ = nullptr;
 };
 
-/// Owns the exclusive (write) lock of an rwlock; unlocks it when destroyed.
-class [[nodiscard]] rwlock_write_guard {
- public:
-  rwlock_write_guard() noexcept = default;
-  /// Adopts an exclusive lock already held (for example after try_lock()).
-  rwlock_write_guard(rwlock& rw, std::adopt_lock_t) noexcept : rw_(&rw) {}
-  rwlock_write_guard(rwlock_write_guard&& other) noexcept
-      : rw_(std::exchange(other.rw_, nullptr)) {}
-  rwlock_write_guard& operator=(rwlock_write_guard&& other) noexcept {
-    if (this != &other) {
-      unlock();
-      rw_ = std::exchange(other.rw_, nullptr);
-    }
-    return *this;
-  }
-  rwlock_write_guard(rwlock_write_guard const&) = delete;
-  rwlock_write_guard& operator=(rwlock_write_guard const&) = delete;
-  ~rwlock_write_guard() { unlock(); }
-
-  void unlock() noexcept;
-  [[nodiscard]] bool owns_lock() const noexcept { return rw_ != nullptr; }
-  explicit operator bool() const noexcept { return owns_lock(); }
-  /// Stops managing the lock without unlocking; returns the rwlock.
-  rwlock* release() noexcept { return std::exchange(rw_, nullptr); }
-
- private:
-  rwlock* rw_ = nullptr;
-};
+/// Owns a shared (read) lock of an rwlock.
+using rwlock_read_guard = rwlock_guard<false>;
+/// Owns the exclusive (write) lock of an rwlock.
+using rwlock_write_guard = rwlock_guard<true>;
 
 class rwlock {
  public:
@@ -146,8 +126,8 @@ class rwlock {
   }
 
  private:
-  friend class rwlock_read_guard;
-  friend class rwlock_write_guard;
+  template <bool>
+  friend class rwlock_guard;
   template <class, class>
   friend class detail::sync_awaiter;
   using node = detail::rwlock_node;
@@ -200,12 +180,9 @@ inline rwlock::write_awaiter rwlock::lock() noexcept {
   return write_awaiter{*this};
 }
 
-inline void rwlock_read_guard::unlock() noexcept {
-  if (rw_ != nullptr) std::exchange(rw_, nullptr)->unlock_held(false);
-}
-
-inline void rwlock_write_guard::unlock() noexcept {
-  if (rw_ != nullptr) std::exchange(rw_, nullptr)->unlock_held(true);
+template <bool Exclusive>
+void rwlock_guard<Exclusive>::unlock() noexcept {
+  if (rw_ != nullptr) std::exchange(rw_, nullptr)->unlock_held(Exclusive);
 }
 
 }  // namespace spindle

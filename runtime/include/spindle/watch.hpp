@@ -55,6 +55,7 @@
 #include <utility>
 
 #include "spindle/channel.hpp"
+#include "spindle/detail/state_waiter.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
 #include "spindle/detail/wake_chain.hpp"
@@ -111,55 +112,28 @@ class watch {
       std::swap(seen_, other.seen_);
     }
 
-    class [[nodiscard]] changed_awaiter : detail::wait_node {
+    class [[nodiscard]] changed_awaiter : detail::state_waiter<state_type> {
      public:
       explicit changed_awaiter(receiver* rx) noexcept : rx_(rx) {}
-      changed_awaiter(changed_awaiter const&) = delete;
-      changed_awaiter& operator=(changed_awaiter const&) = delete;
-      ~changed_awaiter() {
-        if (suspended_) {
-          std::lock_guard lock{state_->mutex};
-          state_->waiters.remove(this);  // still linked only at shutdown
-        }
-      }
 
       bool await_ready() const {
         rx_->check_valid();
         return false;
       }
       bool await_suspend(std::coroutine_handle<> caller) {
-        detail::task_header* self = detail::suspend_current(caller);
-        detail::require_task(self, "spindle: watch changed() awaited outside a spindle task");
-        state_ = rx_->state_.get();
-        std::lock_guard lock{state_->mutex};
-        if (state_->version != rx_->seen_ || state_->closed) {
-          detail::set_cancel_hook(self, nullptr, nullptr);
-          return false;
-        }
-        this->task = self;
-        state_->waiters.push_back(this);
-        suspended_ = true;
-        detail::set_cancel_hook(self, &changed_awaiter::on_cancel, this);
-        return true;
+        return this->suspend_unless(caller, rx_->state_.get(),
+                                    "spindle: watch changed() awaited outside a spindle task",
+                                    [this] { return rx_->ready_locked(); });
       }
       /// True: a newer value exists (now marked seen). False: the watch is
       /// closed and this receiver has seen its last value.
       bool await_resume() noexcept {
-        suspended_ = false;
-        std::lock_guard lock{state_->mutex};
+        std::lock_guard lock{this->resumed()};
         return rx_->mark_seen_locked();
       }
 
      private:
-      static bool on_cancel(void* arg) noexcept {
-        auto* self = static_cast<changed_awaiter*>(arg);
-        std::lock_guard lock{self->state_->mutex};
-        return self->state_->waiters.remove(self);
-      }
-
       receiver* rx_;
-      state_type* state_ = nullptr;
-      bool suspended_ = false;
     };
 
     /// Waits until a value newer than the last one this receiver saw exists
@@ -172,15 +146,8 @@ class watch {
     bool blocking_changed() {
       check_valid();
       detail::require_no_task("spindle: watch blocking_changed inside a spindle task");
-      detail::wait_node node;
-      {
-        std::lock_guard lock{state_->mutex};
-        if (state_->version != seen_ || state_->closed) return mark_seen_locked();
-        state_->waiters.push_back(&node);
-      }
-      node.wait_as_thread();
-      std::lock_guard lock{state_->mutex};
-      return mark_seen_locked();
+      return detail::wait_as_thread_unless(
+          *state_, [this] { return ready_locked(); }, [this] { return mark_seen_locked(); });
     }
 
     /// True when a value newer than the last seen one exists (no waiting).
@@ -223,6 +190,10 @@ class watch {
         throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                                 "spindle: empty watch receiver");
       }
+    }
+    // changed() completes at once: something newer, or closed.
+    [[nodiscard]] bool ready_locked() const noexcept {
+      return state_->version != seen_ || state_->closed;
     }
     bool mark_seen_locked() noexcept {
       if (state_->version == seen_) return false;  // closed, nothing newer

@@ -1,0 +1,110 @@
+// The suspend / withdraw half of an awaiter that waits for a condition on a
+// shared state whose waiters are all woken together (broadcast recv, watch
+// changed).
+//
+// Shape: state_waiter<State> is a base of the awaiter and its own wait node
+// (no allocation per wait). State has `std::mutex mutex` guarding the
+// condition and `wait_list waiters`; the waker takes every node of `waiters`
+// under the mutex and notifies them after unlocking (detail::wake_chain). A
+// woken node carries nothing, so an aborted or destroyed waiter has nothing
+// to give back: it only unlinks itself if it is still linked. The awaiter
+// supplies the condition and what await_resume reads:
+//
+//   bool await_suspend(std::coroutine_handle<> h) {
+//     return this->suspend_unless(h, state, "... outside a spindle task",
+//                                 [&] { return ready_locked(); });
+//   }
+//   R await_resume() {
+//     std::lock_guard lock{this->resumed()};
+//     return take_locked();
+//   }
+//
+// Threads outside the runtime wait with wait_as_thread_unless (same
+// condition, same list).
+//
+// Errors: suspend_unless throws std::system_error(operation_not_permitted)
+// with the given message outside a spindle task.
+// Thread-safety: one awaiter is awaited once, by one task.
+// Design source: the await / cancel-hook protocol of detail/wait_list.hpp.
+#pragma once
+
+#include <coroutine>
+#include <mutex>
+
+#include "spindle/channel.hpp"  // detail::require_task
+#include "spindle/detail/task_header.hpp"
+#include "spindle/detail/wait_list.hpp"
+
+namespace spindle::detail {
+
+template <class State>
+class state_waiter : wait_node {
+ public:
+  state_waiter(state_waiter const&) = delete;
+  state_waiter& operator=(state_waiter const&) = delete;
+
+ protected:
+  state_waiter() noexcept = default;
+  ~state_waiter() {
+    if (suspended_) {
+      std::lock_guard lock{state_->mutex};
+      state_->waiters.remove(this);  // still linked only at shutdown
+    }
+  }
+
+  /// For await_suspend: completes at once (returns false) when ready() holds
+  /// under the state's mutex, else links this node and suspends.
+  template <class Ready>
+  bool suspend_unless(std::coroutine_handle<> caller, State* state, char const* outside_task,
+                      Ready ready) {
+    task_header* self = suspend_current(caller);
+    require_task(self, outside_task);
+    state_ = state;
+    std::lock_guard lock{state_->mutex};
+    if (ready()) {
+      set_cancel_hook(self, nullptr, nullptr);
+      return false;
+    }
+    this->task = self;
+    state_->waiters.push_back(this);
+    suspended_ = true;
+    set_cancel_hook(self, &state_waiter::on_cancel, this);
+    return true;
+  }
+
+  /// For await_resume: the wait is over; returns the state's mutex, to be
+  /// locked while reading the result.
+  std::mutex& resumed() noexcept {
+    suspended_ = false;
+    return state_->mutex;
+  }
+
+ private:
+  static bool on_cancel(void* arg) noexcept {
+    auto* self = static_cast<state_waiter*>(arg);
+    std::lock_guard lock{self->state_->mutex};
+    return self->state_->waiters.remove(self);
+  }
+
+  State* state_ = nullptr;
+  bool suspended_ = false;
+};
+
+/// The same wait for a thread outside the runtime (blocking_ calls): returns
+/// take() under the state's mutex once ready() holds, blocking the thread
+/// until the next wake of `waiters` when it does not hold yet (no
+/// cancellation). Call without the mutex.
+template <class State, class Ready, class Take>
+auto wait_as_thread_unless(State& state, Ready ready, Take take) {
+  wait_node node;
+  {
+    std::lock_guard lock{state.mutex};
+    if (ready()) return take();
+    state.waiters.push_back(&node);
+  }
+  node.wait_as_thread();
+  std::lock_guard lock{state.mutex};
+  return take();
+}
+
+}  // namespace spindle::detail
