@@ -43,7 +43,8 @@ struct thread_worker {
   uring_driver const* driver = nullptr;
   std::size_t index = 0;
 };
-thread_local thread_worker this_thread_worker;
+// initial-exec: see this_thread_context (runtime/src/scheduler.cpp).
+[[gnu::tls_model("initial-exec")]] thread_local thread_worker this_thread_worker;
 
 [[noreturn]] void throw_errno(int err, char const* what) {
   throw std::system_error(err, std::system_category(),

@@ -36,7 +36,8 @@ struct thread_pool {
 };
 
 thread_pool& local_pool() noexcept {
-  thread_local thread_pool pool;
+  // initial-exec: see this_thread_context (scheduler.cpp).
+  [[gnu::tls_model("initial-exec")]] thread_local thread_pool pool;
   return pool;
 }
 

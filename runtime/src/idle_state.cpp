@@ -12,10 +12,14 @@ idle_state::idle_state(std::size_t workers)
       parked_bitmap_((workers + 63) / 64, 0) {}
 
 bool idle_state::notify_should_wakeup() const noexcept {
-  // An RMW, not a load: it orders the caller's earlier push (a release
-  // store to a ring's tail) before this read, as a searcher that parks
-  // orders its state change before re-reading the rings (Tokio does the same).
-  std::uint64_t s = state_.fetch_add(0, std::memory_order_seq_cst);
+  // A full fence before the load orders the caller's earlier push (a
+  // release store to a ring's tail) before this read, as a searcher that
+  // parks orders its state change (a seq_cst RMW) before re-reading the
+  // rings. Tokio uses fetch_add(0) here; an RMW takes the cache line
+  // exclusive, so two workers pushing at once bounce it between cores on
+  // every push, while a fence and a load leave it shared.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::uint64_t s = state_.load(std::memory_order_seq_cst);
   return searching_of(s) == 0 && unparked_of(s) < workers_;
 }
 

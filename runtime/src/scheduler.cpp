@@ -21,7 +21,10 @@ namespace spindle::detail {
 namespace sb = state_bits;
 
 [[gnu::noinline]] thread_context& this_thread_context() noexcept {
-  thread_local thread_context ctx;
+  // initial-exec: one %fs-relative load instead of a __tls_get_addr call
+  // (libspindle is a shared library linked at start-up, not dlopen'ed late;
+  // its TLS is a few hundred bytes of the static TLS block).
+  [[gnu::tls_model("initial-exec")]] thread_local thread_context ctx;
   return ctx;
 }
 
@@ -133,6 +136,7 @@ scheduler::~scheduler() {
   // Every worker cancelled and reaped its I/O; the driver now waits for any
   // operation still running elsewhere (thread pool) before frames go away.
   driver_->shutdown();
+  drain_stale_entries();
   // Frames are destroyed in this runtime's context, so that a destructor that
   // spawns is refused (the gate is closed) instead of finding no runtime.
   thread_context& ctx = this_thread_context();
@@ -158,6 +162,28 @@ scheduler::~scheduler() {
     drop_reference(task);
   }
   ctx = saved;
+}
+
+void scheduler::drain_stale_entries() noexcept {
+  // The workers have stopped: empty every queue. A task that was claimed by
+  // poll_inline has one stale entry holding a reference, which nobody pops
+  // any more; a completed task's header would leak with it. Live entries
+  // need nothing: their tasks are in the owned lists, destroyed next.
+  auto consume = [](task_header* task) {
+    std::uint64_t s = task->state.load(std::memory_order_acquire);
+    if ((s & sb::claimed) == 0) return;
+    task->state.fetch_and(~sb::claimed, std::memory_order_acq_rel);
+    drop_reference(task);
+  };
+  for (auto& w : core_.workers) {
+    if (task_header* t = std::exchange(w->lifo_slot, nullptr)) consume(t);
+    while (w->batch_head != w->batch_len)
+      consume(w->batch[w->batch_head++]);
+    while (task_header* t = w->queue.pop())
+      consume(t);
+  }
+  while (task_header* t = core_.inject.pop())
+    consume(t);
 }
 
 void scheduler::observe_termination() noexcept {
@@ -252,15 +278,17 @@ void scheduler::run_worker(worker* w) {
 
   while (!shutdown_.load(std::memory_order_acquire)) {
     std::uint64_t start = now_ns();
-    std::uint32_t polls = 0;
-    while (polls < config_.budget) {
+    // run_task counts each poll in tick_polls, and so do the polls that
+    // tasks run inline while awaiting a join handle (poll_inline).
+    w->tick_polls = 0;
+    while (w->tick_polls < config_.budget) {
       task_header* task = core_.next_task(w);
       if (task == nullptr) break;
       core_.transition_from_searching(w);
       run_task(w, task);
-      ++polls;
       if (shutdown_.load(std::memory_order_relaxed)) break;
     }
+    std::uint32_t polls = w->tick_polls;
     core_.end_tick(w, polls, polls != 0 ? now_ns() - start : 0);
     // Tick end: submit this tick's I/O and reap completions (their tasks go
     // to this worker's LIFO slot and ring).
@@ -281,6 +309,17 @@ void scheduler::run_worker(worker* w) {
 void scheduler::run_task(worker* w, task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
   for (;;) {
+    if ((s & sb::claimed) != 0) {
+      // A stale entry (see poll_inline): the task was taken out of this
+      // entry's hands. Drop the entry's reference; if the task was queued
+      // again meanwhile, the other entry is the live one.
+      if (task->state.compare_exchange_weak(s, s & ~sb::claimed, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        drop_reference(task);
+        return;
+      }
+      continue;
+    }
     if ((s & sb::running) != 0) {
       // Queued, but abort_here holds it and is destroying its frame: hand
       // the queue entry back (clear SCHEDULED); abort_here completes it.
@@ -295,16 +334,58 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
       break;
     }
   }
+  poll_held(w, task, s);
+}
+
+bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
+  // Bounded: the nesting (each level is a C++ stack frame of the awaiting
+  // task's poll) and the tick's budget (a task that spawns and awaits in a
+  // loop must still let the tick end, so I/O, timers and the global queue
+  // are served).
+  if (w->inline_depth >= worker::max_inline_depth || w->tick_polls + 1 >= config_.budget) {
+    return false;
+  }
+  if (shutdown_.load(std::memory_order_relaxed)) return false;
+  // In this worker's LIFO slot (spawned just now): take it out, no entry is
+  // left. Anywhere else (ring, global queue, another worker's ring): claim
+  // it; its entry stays behind as a stale one holding a reference.
+  bool from_lifo = w->lifo_slot == task;
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  std::uint64_t next = 0;
+  for (;;) {
+    constexpr std::uint64_t mask =
+        sb::scheduled | sb::running | sb::complete | sb::cancelled | sb::claimed;
+    if ((s & mask) != sb::scheduled) return false;
+    next = (s & ~sb::scheduled) | sb::running;
+    if (!from_lifo) next = (next | sb::claimed) + sb::ref_one;
+    if (task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      break;
+    }
+  }
+  if (from_lifo) w->lifo_slot = nullptr;
+  w->counters.inline_polls.add();
+  ++w->inline_depth;
+  poll_held(w, task, next);
+  --w->inline_depth;
+  return task_is_complete(task);
+}
+
+void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcept {
   if ((s & sb::cancelled) != 0) {
     cancel_task(task, w);
     return;
   }
   thread_context& ctx = this_thread_context();
+  task_header* outer = ctx.current;  // the awaiting task when polled inline
   ctx.current = task;
   task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
   task->resume_point.resume();
-  ctx.current = nullptr;
-  if (w != nullptr) w->counters.polled.add();
+  ctx.current = outer;
+  if (w != nullptr) {
+    w->counters.polled.add();
+    ++w->tick_polls;
+  }
 
   if (task->root.done()) {
     complete(task, w);
@@ -312,6 +393,7 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
   }
   s = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
+  bool push = false;
   do {
     if ((s & (sb::cancelled | sb::notified)) == sb::cancelled) {
       // Aborted while it ran and now suspended: we still hold RUNNING.
@@ -319,10 +401,11 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
       return;
     }
     next = s & ~sb::running;
-    if ((s & sb::notified) != 0) next = (next & ~sb::notified) | sb::scheduled;
+    push = false;
+    if ((s & sb::notified) != 0) next = sb::mark_scheduled(next & ~sb::notified, push);
   } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
-  if ((s & sb::notified) != 0) {
+  if (push) {
     // Woken while it ran (or yielded): back of the run queue.
     if (w != nullptr) {
       core_.schedule_local(w, task, true);
@@ -444,14 +527,14 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
   // worker's poll destroys the frame, or leave it for the pending wake.
   std::uint64_t s = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
-  bool queue = false;
+  bool push = false;
   do {
-    queue = detached || (s & sb::notified) != 0;
     next = s & ~(sb::running | sb::notified);
-    if (queue) next |= sb::scheduled;
+    push = false;
+    if (detached || (s & sb::notified) != 0) next = sb::mark_scheduled(next, push);
   } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
-  if (queue) schedule(task);
+  if (push) schedule(task);
 }
 
 void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
@@ -478,6 +561,10 @@ void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
 void scheduler::drop_reference(task_header* task) noexcept {
   std::uint64_t prev = task->state.fetch_sub(sb::ref_one, std::memory_order_acq_rel);
   if (prev / sb::ref_one != 1) return;
+  free_task(task);
+}
+
+void scheduler::free_task(task_header* task) noexcept {
   if (task->root) task->root.destroy();
   task->~task_header();
   frame_deallocate(task, sizeof(task_header));
@@ -604,6 +691,7 @@ runtime_stats scheduler::stats() const {
     out.lifo_hits += s.lifo_hits;
     out.global_batch_fetches += s.global_batch_fetches;
     out.timers_fired += s.timers_fired;
+    out.inline_polls += s.inline_polls;
     out.workers.push_back(s);
   }
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);

@@ -75,8 +75,13 @@ class scheduler final : public core_platform {
   /// Drops one reference; frees the frame and header at zero. Static: join
   /// handles may outlive the runtime.
   static void drop_reference(task_header* task) noexcept;
+  /// Destroys the frame (if still there) and frees the header: the last
+  /// reference is gone.
+  static void free_task(task_header* task) noexcept;
   void report_detached_exception(task_header* task) noexcept;
   void abort(task_header* task) noexcept;
+  /// run_inline on worker `w` (its own thread).
+  bool poll_inline(worker* w, task_header* task) noexcept;
   /// abort(), destroying the frame on the calling thread when the task is
   /// queued or suspended in an awaiter that withdraws (task_abort_here).
   abort_here_result abort_here(task_header* task) noexcept;
@@ -99,6 +104,10 @@ class scheduler final : public core_platform {
   void remote_push_unnoticed() noexcept override;
   void kick_block_on_sleeper() noexcept;
   void run_task(worker* w, task_header* task) noexcept;
+  /// Polls a task whose RUNNING bit the caller set (state `s` then).
+  void poll_held(worker* w, task_header* task, std::uint64_t s) noexcept;
+  /// Drops the references of stale (CLAIMED) queue entries left at shutdown.
+  void drain_stale_entries() noexcept;
   void cancel_task(task_header* task, worker* w) noexcept;
   /// Destroys the root frame if it is still there. The caller holds RUNNING.
   static void destroy_frame(task_header* task) noexcept;

@@ -57,12 +57,19 @@ void wake(task_header* task) noexcept {
       continue;
     }
     if ((s & sb::scheduled) != 0) return;
-    if (task->state.compare_exchange_weak(s, s | sb::scheduled, std::memory_order_acq_rel,
+    bool push = true;
+    if (task->state.compare_exchange_weak(s, sb::mark_scheduled(s, push), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
-      task->sched->schedule(task);
+      if (push) task->sched->schedule(task);
       return;
     }
   }
+}
+
+bool run_inline(task_header* task) noexcept {
+  thread_context& ctx = this_thread_context();
+  if (ctx.self == nullptr || ctx.sched != task->sched) return false;
+  return ctx.sched->poll_inline(ctx.self, task);
 }
 
 bool join_register(task_header* task, join_waiter* waiter) noexcept {
@@ -90,6 +97,19 @@ bool join_unregister(task_header* task) noexcept {
 
 void join_detach(task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
+  if ((s & sb::complete) != 0) {
+    // Finished: nothing races for the join bits any more. Clearing them and
+    // dropping the handle's reference is one RMW (the common case).
+    bool unobserved = !task->cancelled_before_finish && task->promise->has_exception();
+    if (!unobserved) {
+      while (!task->state.compare_exchange_weak(
+          s, (s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one, std::memory_order_acq_rel,
+          std::memory_order_acquire)) {
+      }
+      if (s / sb::ref_one == 1) scheduler::free_task(task);
+      return;
+    }
+  }
   while (!task->state.compare_exchange_weak(s, s & ~(sb::join_interest | sb::join_waker),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
   }

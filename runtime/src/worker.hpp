@@ -50,6 +50,11 @@ struct worker {
   std::atomic<bool> transitioning_to_park{false};
   bool is_searching = false;
 
+  /// Nesting of join-await fast-path polls (run_inline) on this thread.
+  static constexpr std::uint32_t max_inline_depth = 32;
+  std::uint32_t inline_depth = 0;
+  /// Polls in the current tick, inline ones included (the budget counts both).
+  std::uint32_t tick_polls = 0;
   std::uint32_t lifo_polls_this_tick = 0;
   std::uint32_t polls_since_global = 0;
   std::uint32_t global_interval = initial_global_interval;

@@ -20,7 +20,7 @@ struct counter {
 
 struct worker_counters {
   counter spawned, polled, stolen, steal_operations, parked, lifo_hits, global_batch_fetches,
-      overflows, io_completions, timers_fired;
+      overflows, io_completions, timers_fired, inline_polls;
   std::atomic<std::uint32_t> global_check_interval{0};
 
   [[nodiscard]] worker_stats snapshot() const noexcept {
@@ -35,6 +35,7 @@ struct worker_counters {
     s.overflows = overflows.get();
     s.io_completions = io_completions.get();
     s.timers_fired = timers_fired.get();
+    s.inline_polls = inline_polls.get();
     s.global_check_interval = global_check_interval.load(std::memory_order_relaxed);
     return s;
   }

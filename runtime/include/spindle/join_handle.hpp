@@ -80,6 +80,11 @@ class [[nodiscard]] join_handle {
         throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                                 "spindle: join_handle awaited outside a spindle task");
       }
+      // Not started yet and queued here: run it now, nested in this poll.
+      if (detail::run_inline(handle->task_)) {
+        detail::set_cancel_hook(self, nullptr, nullptr);
+        return false;
+      }
       notify = &awaiter::on_complete;
       if (!detail::join_register(handle->task_, this)) {
         detail::set_cancel_hook(self, nullptr, nullptr);  // not suspending after all

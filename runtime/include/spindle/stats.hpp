@@ -26,6 +26,8 @@ struct worker_stats {
   std::uint64_t overflows = 0;             ///< ring overflows (128 tasks moved to the global queue)
   std::uint64_t io_completions = 0;        ///< I/O completions reaped
   std::uint64_t timers_fired = 0;          ///< timers of this worker's wheel that fired
+  std::uint64_t inline_polls =
+      0;  ///< of `polled`: tasks polled by a task awaiting them (join fast path)
   std::uint32_t global_check_interval = 0;  ///< current EWMA-derived interval (polls)
 };
 
@@ -40,6 +42,7 @@ struct runtime_stats {
   std::uint64_t detached_exceptions = 0;  ///< exceptions ended with by detached tasks
   std::uint64_t tasks_alive = 0;          ///< spawned tasks not yet complete
   std::uint64_t timers_fired = 0;         ///< timers fired (sleeps and timeouts that elapsed)
+  std::uint64_t inline_polls = 0;         ///< polls by the join fast path (see worker_stats)
   std::vector<worker_stats> workers;
   // The spawn_blocking pool (not the thread-pool I/O backend's threads). The
   // first three are values now, not event counts.

@@ -11,7 +11,14 @@
 //   bit 4 CANCELLED   abort() was called or the runtime shut down
 //   bit 5 JOIN_INTEREST  a join handle still refers to the task
 //   bit 6 JOIN_WAKER  a join waiter is registered in `waiter`
-//   bits 8..63        reference count (scheduler's reference + join handle's)
+//   bit 7 CLAIMED     a queue entry of the task is stale: a task awaiting it
+//                     took it out of the queue's hands and polled it inline
+//                     (run_inline); the entry holds one reference, and the
+//                     worker that pops it only drops that reference. A wake
+//                     meanwhile turns it live again (state_bits::mark_scheduled)
+//                     instead of queueing a second entry.
+//   bits 8..63        reference count (scheduler's reference + join handle's
+//                     + a stale entry's)
 //
 // A wake that arrives while the task runs only sets NOTIFIED; the worker that
 // polls it re-queues it after the poll, so no wake-up is lost and the task is
@@ -42,7 +49,22 @@ inline constexpr std::uint64_t complete = 1u << 3;
 inline constexpr std::uint64_t cancelled = 1u << 4;
 inline constexpr std::uint64_t join_interest = 1u << 5;
 inline constexpr std::uint64_t join_waker = 1u << 6;
+inline constexpr std::uint64_t claimed = 1u << 7;
 inline constexpr std::uint64_t ref_one = 1u << 8;
+
+/// `s` marked SCHEDULED, for a task that is neither scheduled nor complete.
+/// Sets `push` when the caller must queue an entry. When the task has a stale
+/// entry (CLAIMED), that entry becomes the live one instead, and gives back
+/// its reference (live entries hold none): a task is never in two queues, so
+/// the global queue's intrusive link is never used twice.
+[[nodiscard]] constexpr std::uint64_t mark_scheduled(std::uint64_t s, bool& push) noexcept {
+  if ((s & claimed) != 0) {
+    push = false;
+    return ((s & ~claimed) | scheduled) - ref_one;
+  }
+  push = true;
+  return s | scheduled;
+}
 }  // namespace state_bits
 
 /// Something waiting for a task to complete: a task awaiting a join handle,
@@ -96,6 +118,17 @@ inline void set_cancel_hook(task_header* task, bool (*fn)(void*) noexcept, void*
 /// Wakes a task: schedules it if it is idle, marks it NOTIFIED if it is
 /// running, does nothing if it is already scheduled or complete. Any thread.
 void wake(task_header* task) noexcept;
+
+/// The join fast path: called by a task that is about to wait for `task`
+/// (its own await_suspend, after suspend_current). When `task` is queued and
+/// has not started, and the caller runs on a worker of the same runtime with
+/// budget and nesting depth to spare, polls it here, nested in the caller's
+/// poll, instead of suspending the caller and queueing both. Returns true
+/// when `task` is complete afterwards (the caller resumes at once), false
+/// when it was not polled or suspended (the caller registers a join waiter).
+/// Design source: libfork's and TBB's "help the child you wait for", Tokio's
+/// coop budget bounding it.
+bool run_inline(task_header* task) noexcept;
 
 /// Registers `waiter` to be notified when `task` completes. Returns false
 /// (and registers nothing) when the task is already complete.
