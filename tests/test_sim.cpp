@@ -35,14 +35,14 @@
 #include <vector>
 
 #include "core.hpp"
-#include "lifecycle.hpp"
+#include "owned_tasks.hpp"
 #include "rng.hpp"
 #include "runtime_test_support.hpp"
 
 namespace {
 
 using spindle::detail::core_platform;
-using spindle::detail::lifecycle;
+using spindle::detail::owned_tasks;
 using spindle::detail::scheduler_core;
 using spindle::detail::task_header;
 using spindle::detail::worker;
@@ -110,7 +110,7 @@ class simulation {
     }
     // Drain: no new external work; wake every suspended task; run until
     // every worker sleeps with nothing pending.
-    if (lifecycle_.is_accepting() && lifecycle_.close()) ++terminations_;
+    if (owned_.is_accepting() && owned_.close()) ++terminations_;
     std::size_t const limit = step_ + 2'000'000;
     while (!quiescent()) {
       if (step_ >= limit) fail("no quiescence: livelock or lost wake-up while draining");
@@ -144,9 +144,9 @@ class simulation {
       external_wake();
     } else if (r < 18) {
       spurious_wake();
-    } else if (!draining && r < 19 && rng_.below(20) == 0 && lifecycle_.is_accepting()) {
+    } else if (!draining && r < 19 && rng_.below(20) == 0 && owned_.is_accepting()) {
       trace("close");
-      if (lifecycle_.close()) ++terminations_;
+      if (owned_.close()) ++terminations_;
     } else {
       worker_step(draining);
     }
@@ -156,11 +156,14 @@ class simulation {
 
   task_header* new_task() {
     if (next_unused_ == pool_size_) return nullptr;
-    if (!lifecycle_.try_increment()) {
+    std::size_t i = next_unused_;
+    // The owned lists keep the lifecycle, sharded: one shard per worker and
+    // one for other threads, as the scheduler has them.
+    if (!owned_.insert(fakes_[i], i % (workers_ + 1))) {
       ++refused_;
       return nullptr;  // refused atomically after close: never queued, never lost
     }
-    std::size_t i = next_unused_++;
+    ++next_unused_;
     tasks_[i].state = task_state::queued;
     tasks_[i].wakes = 1;
     return fakes_[i];
@@ -276,7 +279,7 @@ class simulation {
     std::uint32_t r = rng_.below(10);
     if (r < 4 || (draining && r < 8)) {
       st.state = task_state::done;
-      if (lifecycle_.complete_one()) ++terminations_;
+      if (owned_.remove(t)) ++terminations_;
     } else if (r < 6 || draining) {
       st.state = task_state::queued;  // yield: back of the ring
       ++st.wakes;
@@ -368,7 +371,7 @@ class simulation {
       }
     }
     if (queued_in_queues() != 0) fail("queues not empty at the end");
-    if (lifecycle_.in_flight() != 0) fail("lifecycle still counts tasks in flight");
+    if (owned_.in_flight() != 0) fail("the owned lists still count tasks in flight");
     if (terminations_ != 1) {
       fail("termination observed " + std::to_string(terminations_) + " times, not once");
     }
@@ -398,7 +401,7 @@ class simulation {
   sim_platform platform_;
   scheduler_core core_;
   std::vector<vworker> vw_;
-  lifecycle lifecycle_;
+  owned_tasks owned_{workers_ + 1};
   std::vector<std::size_t> suspended_;
   std::size_t next_unused_ = 0;
   std::size_t step_ = 0;

@@ -633,7 +633,7 @@ TEST(Stress, ShutdownWithHandlesOutlivingTheRuntime) {
 //
 // runtime.hpp forbids calling the runtime while its destructor runs, because
 // the scheduler's memory goes away. To race spawns with the start of
-// shutdown (closing of the lifecycle word) without touching freed memory, a
+// shutdown (closing of the owned lists) without touching freed memory, a
 // "gate" task's destructor -- which shutdown runs after it stopped accepting
 // -- waits until every spawning thread has seen a refusal and stopped.
 

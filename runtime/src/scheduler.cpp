@@ -125,7 +125,7 @@ scheduler::~scheduler() {
   // the running ones are waited for while the workers still run the tasks
   // they may wait for. Tasks suspended on them are destroyed below.
   blocking_.stop();
-  if (lifecycle_.close()) observe_termination();
+  if (owned_.close()) observe_termination();
   blocking_.shutdown();
   shutdown_.store(true, std::memory_order_seq_cst);
   for (auto& w : core_.workers)
@@ -142,7 +142,8 @@ scheduler::~scheduler() {
   thread_context& ctx = this_thread_context();
   thread_context saved = ctx;
   ctx = thread_context{this, nullptr, nullptr};
-  while (task_header* task = owned_.pop_any()) {
+  bool terminated = false;
+  while (task_header* task = owned_.pop_any(terminated)) {
     if (task->root) {
       auto root = std::exchange(task->root, {});
       task->cancelled_before_finish = true;
@@ -158,7 +159,7 @@ scheduler::~scheduler() {
             sb::cancelled,
         std::memory_order_acq_rel)) {
     }
-    if (lifecycle_.complete_one()) observe_termination();
+    if (terminated) observe_termination();
     drop_reference(task);
   }
   ctx = saved;
@@ -203,7 +204,7 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
 
-  if (!lifecycle_.try_increment()) {
+  if (!owned_.insert(task, w != nullptr ? w->index : core_.workers.size())) {
     // Refused atomically: the caller gets a handle to a cancelled task.
     task->root = {};
     task->cancelled_before_finish = true;
@@ -213,7 +214,6 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     return task;
   }
   task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
-  owned_.insert(task, w != nullptr ? w->index : core_.workers.size());
   if (w != nullptr) {
     w->counters.spawned.add();
     core_.schedule_local(w, task, false);
@@ -538,7 +538,6 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
 }
 
 void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
-  owned_.remove(task);
   std::uint64_t prev = task->state.load(std::memory_order_acquire);
   while (!task->state.compare_exchange_weak(
       prev, (prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete,
@@ -550,9 +549,9 @@ void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
     if (!task->cancelled_before_finish && task->promise->has_exception()) {
       report_detached_exception(task);
     }
-    if (lifecycle_.complete_one()) observe_termination();
+    if (owned_.remove(task)) observe_termination();
   } else {
-    if (lifecycle_.complete_one()) observe_termination();
+    if (owned_.remove(task)) observe_termination();
     if ((prev & sb::join_waker) != 0) task->waiter->notify(task->waiter);
   }
   drop_reference(task);
@@ -696,7 +695,7 @@ runtime_stats scheduler::stats() const {
   }
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
-  out.tasks_alive = lifecycle_.in_flight();
+  out.tasks_alive = owned_.in_flight();
   blocking_pool_stats const b = blocking_.stats();
   out.blocking_threads = b.threads;
   out.blocking_idle_threads = b.idle;

@@ -1,5 +1,5 @@
 // The scheduler behind spindle::runtime: workers, the global queue, the idle
-// state, the lifecycle word, the owned-task lists and the I/O driver.
+// state, the owned-task lists (which also keep the lifecycle) and the I/O driver.
 //
 // Thread-safety: spawn/schedule/stats from any thread; run_worker on the
 // worker's own thread; the destructor from the owner of the runtime.
@@ -15,7 +15,6 @@
 
 #include "blocking_pool.hpp"
 #include "core.hpp"
-#include "lifecycle.hpp"
 #include "owned_tasks.hpp"
 #include "spindle/detail/driver.hpp"
 #include "spindle/runtime.hpp"
@@ -120,7 +119,6 @@ class scheduler final : public core_platform {
   std::chrono::steady_clock::time_point epoch_;
   std::atomic<std::size_t> timer_round_robin_{0};
   scheduler_core core_;
-  lifecycle lifecycle_;
   owned_tasks owned_;
   std::unique_ptr<driver> driver_;
   std::atomic<bool> shutdown_{false};

@@ -24,7 +24,8 @@
 // task_cancelled, dropping or aborting one is safe).
 // Design source: Volt (seed 002) for the scheduler shape, Tokio's
 // multi-threaded scheduler for the idle/park protocol, seed 000 for the
-// lifecycle word (accepting bit + in-flight count).
+// lifecycle (accepting flag + in-flight count, kept per worker shard with the
+// owned-task lists).
 //
 // spawn_blocking(fn) runs a callable that blocks (a blocking system call, a
 // lock, a long computation) on the runtime's blocking pool instead of a
