@@ -210,6 +210,44 @@ TEST(JoinFastPath, StaleEntriesAreDrainedAtShutdown) {
   EXPECT_EQ(c.alive(), 0);
 }
 
+// The stale entry is still in the ring when the runtime shuts down: the
+// worker is kept busy by a task that spins until the destructor has begun.
+// Without draining the queues, the claimed child's header would leak.
+task<void> spin_until(std::atomic<bool>* spinning, std::atomic<bool>* release) {
+  spinning->store(true, std::memory_order_release);
+  while (!release->load(std::memory_order_acquire))
+    std::this_thread::yield();
+  co_return;
+}
+task<void> claim_then_block(counts* c, std::atomic<bool>* spinning, std::atomic<bool>* release) {
+  auto a = spindle::spawn(hold(c));
+  auto b = spindle::spawn(spin_until(spinning, release));  // pushes A into the ring
+  co_await a;  // claims A (its ring entry goes stale); A suspends; B runs next
+  co_await b;
+}
+
+TEST(JoinFastPath, AStaleEntryStillQueuedAtShutdownIsDrained) {
+  counts c;
+  std::atomic<bool> spinning{false};
+  std::atomic<bool> release{false};
+  std::thread releaser;
+  {
+    runtime rt{{.workers = 1}};
+    auto parent = rt.spawn(claim_then_block(&c, &spinning, &release));
+    while (!spinning.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    EXPECT_EQ(rt.stats().inline_polls, 1u);  // A was polled inline
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      release.store(true, std::memory_order_release);
+    });
+    // parent is dropped (detached), then the runtime shuts down while the
+    // worker spins with A's stale entry behind it in the ring.
+  }
+  releaser.join();
+  EXPECT_EQ(c.alive(), 0);
+}
+
 // Many parents on several workers, each awaiting children that are being
 // stolen, claimed, woken and completed at the same time.
 task<long> fan(int width, test_event* evs) {
