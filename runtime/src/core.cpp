@@ -61,7 +61,7 @@ void scheduler_core::notify_if_work_pending() noexcept {
 }
 
 void scheduler_core::end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept {
-  w->lifo_polls_this_tick = 0;
+  w->lifo_polls_in_a_row = 0;
   if (polls == 0) return;
   // EWMA of the time per poll; the global queue is checked every
   // clamp(1 ms / avg, 8, 255) polls (Volt's adaptive interval).
@@ -74,30 +74,38 @@ void scheduler_core::end_tick(worker* w, std::uint32_t polls, std::uint64_t elap
 
 task_header* scheduler_core::next_task(worker* w) noexcept {
   // 1. Global batch buffer.
-  if (w->batch_head != w->batch_len) return w->batch[w->batch_head++];
+  if (w->batch_head != w->batch_len) {
+    w->lifo_polls_in_a_row = 0;
+    return w->batch[w->batch_head++];
+  }
   // Global queue on the EWMA interval, so it is not starved by local work.
   if (++w->polls_since_global >= w->global_interval) {
     w->polls_since_global = 0;
-    if (task_header* task = fetch_global(w)) return task;
+    if (task_header* task = fetch_global(w)) return not_from_lifo(w, task);
   }
-  // 2-3. LIFO slot (capped per tick), ring.
+  // 2-3. LIFO slot (capped at a few polls in a row), ring.
   if (task_header* task = next_local(w)) return task;
   // 4. Global queue.
-  if (task_header* task = fetch_global(w)) return task;
+  if (task_header* task = fetch_global(w)) return not_from_lifo(w, task);
   // 5. Steal half from a random victim, as one of at most half the workers.
   if (!w->is_searching) {
     if (!idle.transition_worker_to_searching()) return nullptr;
     w->is_searching = true;
   }
-  if (task_header* task = steal_work(w)) return task;
+  if (task_header* task = steal_work(w)) return not_from_lifo(w, task);
   // 6. Global queue once more before parking.
-  return fetch_global(w);
+  return not_from_lifo(w, fetch_global(w));
+}
+
+task_header* scheduler_core::not_from_lifo(worker* w, task_header* task) noexcept {
+  if (task != nullptr) w->lifo_polls_in_a_row = 0;
+  return task;
 }
 
 task_header* scheduler_core::next_local(worker* w) noexcept {
   if (w->lifo_slot != nullptr) {
-    if (w->lifo_polls_this_tick < worker::max_lifo_polls_per_tick) {
-      ++w->lifo_polls_this_tick;
+    if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
+      ++w->lifo_polls_in_a_row;
       w->counters.lifo_hits.add();
       return std::exchange(w->lifo_slot, nullptr);
     }
@@ -107,7 +115,9 @@ task_header* scheduler_core::next_local(worker* w) noexcept {
     }
     notify_parked();
   }
-  return w->queue.pop();
+  task_header* task = w->queue.pop();
+  if (task != nullptr) w->lifo_polls_in_a_row = 0;
+  return task;
 }
 
 task_header* scheduler_core::fetch_global(worker* w) noexcept {

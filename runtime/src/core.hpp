@@ -74,14 +74,14 @@ class scheduler_core {
   [[nodiscard]] bool every_worker_busy() const noexcept;
 
   /// The next task for `w`: batch buffer, the global queue every
-  /// global-check interval, LIFO slot (capped per tick), ring, global queue,
+  /// global-check interval, LIFO slot (capped at 3 polls in a row), ring, global queue,
   /// steal (as a searcher), global queue again. nullptr: nothing found.
   task_header* next_task(worker* w) noexcept;
   /// `w` found a task: leaves the searching state (the last searcher to find
   /// work notifies another worker).
   void transition_from_searching(worker* w) noexcept;
   /// End of a tick of `polls` polls that took `elapsed_ns`: updates the
-  /// EWMA global-check interval and resets the LIFO cap.
+  /// EWMA global-check interval and resets the count of LIFO polls in a row.
   void end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept;
 
   /// `w` found nothing: registers it as parked (false, registering nothing,
@@ -102,6 +102,9 @@ class scheduler_core {
 
  private:
   task_header* next_local(worker* w) noexcept;
+  /// Returns `task`; a task taken from anywhere but the LIFO slot ends a run of
+  /// LIFO polls.
+  static task_header* not_from_lifo(worker* w, task_header* task) noexcept;
   task_header* fetch_global(worker* w) noexcept;
   task_header* steal_work(worker* w) noexcept;
 

@@ -25,7 +25,10 @@
 namespace spindle::detail {
 
 struct worker {
-  static constexpr std::uint32_t max_lifo_polls_per_tick = 3;
+  /// LIFO-slot polls in a row (no task taken from elsewhere in between)
+  /// before the slot's task goes to the back of the ring, as Tokio counts
+  /// MAX_LIFO_POLLS_PER_TICK.
+  static constexpr std::uint32_t max_lifo_polls_in_a_row = 3;
   static constexpr std::uint32_t batch_capacity = 32;
   static constexpr std::uint32_t wake_on_hoard_threshold = 32;
   // Global-check interval before the first tick has been measured:
@@ -55,7 +58,7 @@ struct worker {
   std::uint32_t inline_depth = 0;
   /// Polls in the current tick, inline ones included (the budget counts both).
   std::uint32_t tick_polls = 0;
-  std::uint32_t lifo_polls_this_tick = 0;
+  std::uint32_t lifo_polls_in_a_row = 0;
   std::uint32_t polls_since_global = 0;
   std::uint32_t global_interval = initial_global_interval;
   double avg_task_ns = 1'000'000.0 / initial_global_interval;
