@@ -382,6 +382,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
   task->resume_point.resume();
   ctx.current = outer;
+  bool const yielded = std::exchange(ctx.yielded, false);
   if (w != nullptr) {
     w->counters.polled.add();
     ++w->tick_polls;
@@ -395,14 +396,15 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   std::uint64_t next;
   bool push = false;
   do {
-    if ((s & (sb::cancelled | sb::notified)) == sb::cancelled) {
+    bool const notified = (s & sb::notified) != 0 || yielded;
+    if ((s & sb::cancelled) != 0 && !notified) {
       // Aborted while it ran and now suspended: we still hold RUNNING.
       cancel_owned(task, w);
       return;
     }
     next = s & ~sb::running;
     push = false;
-    if ((s & sb::notified) != 0) next = sb::mark_scheduled(next & ~sb::notified, push);
+    if (notified) next = sb::mark_scheduled(next & ~sb::notified, push);
   } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
   if (push) {

@@ -28,6 +28,9 @@ struct thread_context {
   scheduler* sched = nullptr;
   worker* self = nullptr;
   task_header* current = nullptr;
+  /// The current task suspended in yield_now: its poll's end re-queues it
+  /// (one state transition instead of a wake and then the poll's end).
+  bool yielded = false;
 };
 thread_context& this_thread_context() noexcept;
 

@@ -31,6 +31,10 @@ bool never_detached(void* /*arg*/) noexcept {
   return task;
 }
 
+[[gnu::noinline]] void yield_current() noexcept {
+  this_thread_context().yielded = true;
+}
+
 [[gnu::noinline]] task_header* current_task() noexcept {
   return this_thread_context().current;
 }

@@ -221,7 +221,7 @@ struct yield_now {
   bool await_suspend(std::coroutine_handle<> caller) const noexcept {
     detail::task_header* self = detail::suspend_current(caller);
     if (self == nullptr) return false;
-    detail::wake(self);  // RUNNING -> NOTIFIED: re-queued when this poll returns
+    detail::yield_current();  // re-queued when this poll returns
     return true;
   }
   void await_resume() const noexcept {}
