@@ -311,8 +311,9 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
   for (;;) {
     if ((s & sb::claimed) != 0) {
       // A stale entry (see poll_inline): the task was taken out of this
-      // entry's hands. Drop the entry's reference; if the task was queued
-      // again meanwhile, the other entry is the live one.
+      // entry's hands. Drop the entry's reference. (A wake since the claim
+      // would have turned this entry live and cleared CLAIMED: a task never
+      // has a second entry.)
       if (task->state.compare_exchange_weak(s, s & ~sb::claimed, std::memory_order_acq_rel,
                                             std::memory_order_acquire)) {
         drop_reference(task);
