@@ -37,6 +37,8 @@
 #include "walker.hpp"
 #include "window.hpp"
 
+#include <spindle/runtime.hpp>
+
 namespace {
 
 using scan::match_options;
@@ -721,6 +723,57 @@ TEST(Output, JsonReplacesInvalidUtf8) {
 
 // -------------------------------------------------------------- window
 
+// Takes a place per item (try_acquire, else acquire) and hands it over,
+// then waits until all places are back.
+spindle::task<void> produce(scan::window* w, int items, std::function<void(int)> const* submit) {
+  for (int k = 0; k < items; ++k) {
+    if (!w->try_acquire()) {
+      const bool got = co_await w->acquire();
+      EXPECT_TRUE(got);
+    }
+    (*submit)(k);
+  }
+  const bool all = co_await w->wait_all();
+  EXPECT_TRUE(all);
+}
+
+// The retry-aware producer of Window.ShrinksAndWakesTheProducerForRetries:
+// resubmits retries first, stops waiting for a place when retries appear.
+struct retry_producer {
+  scan::window* w;
+  int items;
+  std::function<bool()> has_retries;
+  std::function<bool()> pop_retry;  // submits one retry if any; false: none
+  std::function<void(int)> submit;
+
+  spindle::task<void> drain() {
+    for (;;) {
+      if (!has_retries()) co_return;
+      const bool got = co_await w->acquire();
+      EXPECT_TRUE(got);
+      if (!pop_retry()) w->release();  // taken meanwhile: give the place back
+    }
+  }
+  spindle::task<void> run() {
+    for (int k = 1; k <= items; ++k) {
+      co_await drain();
+      for (;;) {
+        const bool got = co_await w->acquire(has_retries);
+        if (got) break;
+        co_await drain();
+      }
+      submit(k);
+    }
+    for (;;) {
+      co_await drain();
+      const bool all = co_await w->wait_all(has_retries);
+      if (all && !has_retries()) break;
+    }
+    const bool released = co_await w->wait_release();
+    EXPECT_FALSE(released);  // nothing held: returns at once
+  }
+};
+
 TEST(Window, BoundsItemsInFlightAndDrains) {
   constexpr std::uint32_t size = 8;
   constexpr int items = 20000;
@@ -753,16 +806,19 @@ TEST(Window, BoundsItemsInFlightAndDrains) {
       }
     });
   }
-  for (int k = 0; k < items; ++k) {
-    w.acquire();
+  // The producer is a task (the window suspends it); the consumers are
+  // plain threads (release() from any thread).
+  auto submit = [&](int k) {
     const int now = in_flight.fetch_add(1) + 1;
     int seen = max_seen.load();
     while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {
     }
     std::lock_guard lock(m);
     queue.push_back(k);
-  }
-  w.wait_all();
+  };
+  std::function<void(int)> submit_fn = submit;
+  spindle::runtime rt(spindle::runtime_config{.workers = 2});
+  rt.block_on(produce(&w, items, &submit_fn));
   EXPECT_EQ(done.load(), items);
   EXPECT_EQ(w.free_places(), size);
   EXPECT_LE(max_seen.load(), static_cast<int>(size));
@@ -825,34 +881,24 @@ TEST(Window, ShrinksAndWakesTheProducerForRetries) {
     std::lock_guard lock(m);
     queue.push_back(item);
   };
-  auto drain = [&] {
-    for (;;) {
-      int item = -1;
-      {
-        std::lock_guard lock(m);
-        if (retries.empty()) return;
-        item = retries.back();
-        retries.pop_back();
-      }
-      w.acquire();
-      submit(item);
+  auto pop_retry = [&] {
+    int item = -1;
+    {
+      std::lock_guard lock(m);
+      if (retries.empty()) return false;
+      item = retries.back();
+      retries.pop_back();
     }
+    submit(item);
+    return true;
   };
-  for (int k = 1; k <= items; ++k) {
-    drain();
-    while (!w.acquire(has_retries))
-      drain();
-    submit(k);
-  }
-  for (;;) {
-    drain();
-    if (w.wait_all(has_retries) && !has_retries()) break;
-  }
+  retry_producer producer{&w, items, has_retries, pop_retry, submit};
+  spindle::runtime rt(spindle::runtime_config{.workers = 2});
+  rt.block_on(producer.run());
   EXPECT_EQ(done.load(), items);
   EXPECT_GE(w.size(), 1u);
   EXPECT_EQ(w.size(), size - static_cast<std::uint32_t>(shrinks.load()));
   EXPECT_EQ(w.free_places(), w.size());
-  EXPECT_FALSE(w.wait_release());  // nothing held: returns at once
   stop.store(true);
   for (auto& t : consumers)
     t.join();
@@ -862,8 +908,8 @@ TEST(Window, ShrinksAndWakesTheProducerForRetries) {
 
 class collect : public scan::walk_sink {
  public:
-  void file(scan::dir_ref const& dir, std::string_view name, std::string_view path,
-            bool command_line) override {
+  spindle::task<void> file(scan::dir_ref const& dir, std::string_view name, std::string_view path,
+                           bool command_line) override {
     files.emplace(std::string(path) + (command_line ? " (cl)" : ""));
     // `name` ends `path` and opens relative to `dir`.
     EXPECT_EQ(path.substr(path.size() - name.size()), name);
@@ -881,15 +927,16 @@ class collect : public scan::walk_sink {
       held.push_back(dir);
       if (held.size() > hold) held.erase(held.begin());
     }
+    co_return;
   }
   void error(std::string_view path, int) override { errors.emplace(path); }
   void failure(std::string_view path, std::string_view) override { errors.emplace(path); }
   void warning(std::string_view path, std::string_view) override { warnings.emplace(path); }
-  bool wait_for_descriptors() override {
+  spindle::task<bool> wait_for_descriptors() override {
     ++waits;
-    if (held.empty()) return false;
+    if (held.empty()) co_return false;
     held.erase(held.begin());  // the oldest "scan" finished
-    return true;
+    co_return true;
   }
   std::set<std::string> files, errors, warnings;
   scan::walker const* walker = nullptr;
@@ -921,6 +968,11 @@ class WalkerTest : public ::testing::Test {
     std::filesystem::current_path(saved_cwd_);
     std::filesystem::remove_all(root_);
   }
+  // The walk is a task: run it on the runtime and wait.
+  void walk(scan::walker& w, std::string operand) {
+    rt_.block_on(w.walk_operand(std::move(operand)));
+  }
+  spindle::runtime rt_{spindle::runtime_config{.workers = 2}};
   std::filesystem::path root_;
   std::filesystem::path saved_cwd_;
 };
@@ -929,16 +981,16 @@ TEST_F(WalkerTest, WalksLikeGrepR) {
   std::filesystem::current_path(root_);
   collect c;
   scan::walker w(c);
-  w.walk_operand("d/");
+  walk(w, "d/");
   EXPECT_EQ(c.files, (std::set<std::string>{"d/a", "d/sub/b", "d/sub/deeper/c", "d/.hidden"}));
   EXPECT_TRUE(c.errors.empty());
   collect c2;
   scan::walker w2(c2);
-  w2.walk_operand("d//sub");
-  w2.walk_operand("d/link_dir");  // command-line symlinks are followed
-  w2.walk_operand("d/link_file");
-  w2.walk_operand("d/fifo");  // never opened, never reported
-  w2.walk_operand("nope");
+  walk(w2, "d//sub");
+  walk(w2, "d/link_dir");  // command-line symlinks are followed
+  walk(w2, "d/link_file");
+  walk(w2, "d/fifo");  // never opened, never reported
+  walk(w2, "nope");
   EXPECT_EQ(c2.files, (std::set<std::string>{"d//sub/b", "d//sub/deeper/c", "d/link_dir/b",
                                              "d/link_dir/deeper/c", "d/link_file (cl)"}));
   EXPECT_EQ(c2.errors, (std::set<std::string>{"nope"}));
@@ -991,7 +1043,7 @@ TEST_F(WalkerTest, DeepTreeWithinADescriptorBudget) {
     w.set_descriptor_budget(budget);
     c.walker = &w;
     c.hold = 3;
-    w.walk_operand("deep");
+    walk(w, "deep");
     EXPECT_EQ(c.files, want) << budget;
     EXPECT_TRUE(c.errors.empty()) << budget;
     EXPECT_LE(c.max_live, w.max_directories()) << budget;
@@ -1020,7 +1072,7 @@ TEST_F(WalkerTest, DefaultWalkNamesWithoutDotSlash) {
   std::filesystem::current_path(root_ / "d");
   collect c;
   scan::walker w(c);
-  w.walk_default();
+  rt_.block_on(w.walk_default());
   EXPECT_EQ(c.files, (std::set<std::string>{"a", "sub/b", "sub/deeper/c", ".hidden"}));
   EXPECT_TRUE(scan::walker::is_directory("sub"));
   EXPECT_TRUE(scan::walker::is_directory("link_dir"));

@@ -2,14 +2,16 @@
 // with grep -rca's answers, on the spindle runtime.
 //
 // Shape (seed 000's file-scanning consumer):
-//   - discovery: the main thread walks the operands (scan::walker) and, for
-//     each regular file, takes a permit from a scan::window (a counting
-//     semaphore that wakes the producer once per half window), takes a
-//     free scan slot (read buffer, PCRE2 scratch, output batch, counters, the
-//     file's job) and spawns one spindle task with rt.spawn(); the join
-//     handle is dropped (detached). Permits <= slots, so memory stays
-//     bounded however large the tree is, and a spawned task always finds its
-//     slot.
+//   - discovery: one task (walk_and_wait, run with block_on, so on a
+//     worker) walks the operands (scan::walker) and, for each regular file,
+//     takes a permit from a scan::window (suspending while the window is
+//     full; the window wakes it once per half window), takes a free scan
+//     slot (read buffer, PCRE2 scratch, output batch, counters, the file's
+//     job) and spawns one spindle task; the join handle is dropped
+//     (detached). The walk shares the workers with the scans, as ripgrep's
+//     threads walk and search: no third thread takes the cores, and every
+//     spawn is local to a worker. Permits <= slots, so memory stays bounded
+//     however large the tree is, and a spawned task always finds its slot.
 //   - each task opens the file through spindle::io relative to its directory
 //     (open_at on the walker's shared descriptor, so no PATH_MAX; O_NOFOLLOW
 //     below the command line, O_NONBLOCK so that a FIFO swapped in cannot
@@ -22,13 +24,14 @@
 //     co_await, whichever worker it resumes on.
 //   - out of descriptors (EMFILE/ENFILE from the open) while other scans are
 //     in flight, a task puts its job on a retry list, returns its slot and
-//     gives its permit up for good (the window shrinks by one); the main
-//     thread resubmits retries before new files. Only a scan that runs out
+//     gives its permit up for good (the window shrinks by one); the walk
+//     task resubmits retries before new files. Only a scan that runs out
 //     of descriptors with nothing else in flight (after one more try)
 //     reports the error. The walker waits for scans to finish when it is
 //     short of descriptors itself (walk_sink::wait_for_descriptors).
-//   - the main thread then takes every permit back (all tasks done, no retry
-//     left), writes the remaining batches, and reports.
+//   - the walk task then takes every permit back (all tasks done, no retry
+//     left); the main thread, which only waited, writes the remaining
+//     batches and reports.
 // Output order is completion order; sort it to compare with grep.
 #include <dirent.h>
 #include <fcntl.h>
@@ -123,11 +126,15 @@ class scanner final : public scan::walk_sink {
 
   void attach(spindle::runtime& rt) noexcept { rt_ = &rt; }
 
-  // walk_sink: called on the discovery thread.
-  void file(scan::dir_ref const& dir, std::string_view name, std::string_view path,
-            bool command_line) override {
-    drain_retries();     // files that ran out of descriptors go first
-    permits_.acquire();  // backpressure: at most `in_flight` files at once
+  // walk_sink: called from the walk task.
+  spindle::task<void> file(scan::dir_ref const& dir, std::string_view name, std::string_view path,
+                           bool command_line) override {
+    if (has_retries_.load(std::memory_order_acquire)) {
+      co_await drain_retries();  // files that ran out of descriptors go first
+    }
+    // Backpressure: at most `in_flight` files at once; the walk suspends
+    // (and its worker scans) while the window is full.
+    if (!permits_.try_acquire()) co_await permits_.acquire();
     slot* s = take_slot();
     s->work.dir = dir;
     s->work.path.assign(path);
@@ -147,19 +154,21 @@ class scanner final : public scan::walk_sink {
     text.append(message);
     console_.message(text);
   }
-  bool wait_for_descriptors() override {
+  spindle::task<bool> wait_for_descriptors() override {
     for (;;) {
-      drain_retries();  // they hold directories open: let them run
-      if (permits_.wait_release()) return true;
-      if (!has_retries()) return false;
+      co_await drain_retries();  // they hold directories open: let them run
+      const bool released = co_await permits_.wait_release();
+      if (released) co_return true;
+      if (!has_retries()) co_return false;
     }
   }
 
   /// Waits until every scan has finished, retries included.
-  void wait_all() {
+  spindle::task<void> wait_all() {
     for (;;) {
-      drain_retries();
-      if (permits_.wait_all([this] { return has_retries(); }) && !has_retries()) return;
+      co_await drain_retries();
+      const bool all_free = co_await permits_.wait_all([this] { return has_retries(); });
+      if (all_free && !has_retries()) co_return;
     }
   }
 
@@ -213,16 +222,19 @@ class scanner final : public scan::walk_sink {
     std::lock_guard lock(retry_mutex_);
     return !retries_.empty();
   }
-  void drain_retries() {
+  spindle::task<void> drain_retries() {
     for (;;) {
       job next;
       {
         std::lock_guard lock(retry_mutex_);
-        if (retries_.empty()) return;
+        if (retries_.empty()) {
+          has_retries_.store(false, std::memory_order_relaxed);
+          co_return;
+        }
         next = std::move(retries_.front());
         retries_.pop_front();
       }
-      permits_.acquire();
+      co_await permits_.acquire();
       slot* s = take_slot();
       s->work = std::move(next);
       spawn(s);
@@ -235,6 +247,7 @@ class scanner final : public scan::walk_sink {
     {
       std::lock_guard lock(retry_mutex_);
       retries_.push_back(std::move(s->work));
+      has_retries_.store(true, std::memory_order_release);
     }
     return_slot(s);
     permits_.shrink();  // wakes the main thread; `this` must not be touched after
@@ -285,6 +298,7 @@ class scanner final : public scan::walk_sink {
   std::vector<std::unique_ptr<slot>> slots_;
   std::mutex retry_mutex_;
   std::deque<job> retries_;
+  std::atomic<bool> has_retries_{false};  // retries_ is not empty (set under retry_mutex_)
   std::atomic<bool> failed_{false};
   std::atomic<bool> write_failed_{false};
 };
@@ -353,6 +367,19 @@ spindle::task<void> scanner::scan_file(scanner* self, slot* s) {
   if (err == -2) self->report(work.path, 0, what);
   self->active_.fetch_sub(1, std::memory_order_seq_cst);
   self->give_back(s);
+}
+
+// The main job: walks every operand (or ".") and waits until every file
+// scan it started has finished.
+spindle::task<void> walk_and_wait(scan::walker& walk, scanner& sc,
+                                  std::vector<std::string> const& paths) {
+  if (paths.empty()) {
+    co_await walk.walk_default();
+  } else {
+    for (auto const& p : paths)
+      co_await walk.walk_operand(p);
+  }
+  co_await sc.wait_all();
 }
 
 // Descriptors this process has open now (/proc/self/fd), or 0 if unknown.
@@ -472,13 +499,17 @@ int main(int argc, char** argv) {
     const auto limit = static_cast<std::size_t>(files_limit.rlim_cur);
     walk.set_descriptor_budget(limit > open_now ? limit - open_now : 0);
   }
-  if (options.paths.empty()) {
-    walk.walk_default();
-  } else {
-    for (auto const& p : options.paths)
-      walk.walk_operand(p);
+  // The walk is a task on a worker (block_on's thread only waits): the
+  // workers walk and scan, as ripgrep's threads walk and search, with no
+  // third thread competing for the cores and every spawn a local one.
+  try {
+    rt->block_on(walk_and_wait(walk, sc, options.paths));
+  } catch (std::exception const& e) {
+    console.end_progress();
+    std::fprintf(stderr, "spindle-scan: the walk failed: %s\n", e.what());
+    rt.reset();  // stops the scans still in flight before `sc` goes
+    return 2;
   }
-  sc.wait_all();
   const spindle::runtime_stats rstats = rt->stats();
   const spindle::io_backend backend = rt->io_backend_in_use();
   rt.reset();  // joins the workers: no task touches `sc` any more
@@ -525,6 +556,20 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(t.retries));
     }
     text = line;
+    if (!options.json) {
+      // Where the time went, per worker: a worker that parked often while
+      // the others polled had nothing to steal.
+      for (std::size_t k = 0; k < rstats.workers.size(); ++k) {
+        spindle::worker_stats const& w = rstats.workers[k];
+        std::snprintf(line, sizeof line,
+                      "worker %zu:  %llu polls, %llu stolen, %llu parks, %llu I/O completions\n", k,
+                      static_cast<unsigned long long>(w.polled),
+                      static_cast<unsigned long long>(w.stolen),
+                      static_cast<unsigned long long>(w.parked),
+                      static_cast<unsigned long long>(w.io_completions));
+        text += line;
+      }
+    }
     (void)scan::write_all(STDERR_FILENO, text);
   }
   if (sc.had_error()) return 2;

@@ -68,6 +68,12 @@ void dir_ref::reset() noexcept {
 }
 
 // --- walker -------------------------------------------------------------
+//
+// Every co_await below stores its result in a local before testing it:
+// g++ 12.2 miscompiles a coroutine whose body declares no local at its top
+// level and has a co_await in an if/while condition (GCC PR 106188, fixed in
+// 12.3; see also spindle/watch.hpp). make_room() was such a coroutine: its
+// body never started and the walk hung.
 
 void walker::set_descriptor_budget(std::size_t budget) noexcept {
   max_dirs_ = std::max<std::size_t>(budget / 2, 2);
@@ -97,74 +103,76 @@ bool walker::drop_ancestors(std::size_t depth) {
   return any;
 }
 
-void walker::make_room(std::size_t depth) {
+spindle::task<void> walker::make_room(std::size_t depth) {
   while (live_dirs_.load(std::memory_order_seq_cst) >= max_dirs_) {
     if (drop_ancestors(depth)) continue;
-    if (!sink_.wait_for_descriptors()) return;  // nothing to wait for: try anyway
+    const bool freed = co_await sink_.wait_for_descriptors();
+    if (!freed) co_return;  // nothing to wait for: try anyway
   }
 }
 
-int walker::open_directory(int at_fd, char const* name, int extra, std::size_t depth) {
+spindle::task<int> walker::open_directory(int at_fd, char const* name, int extra,
+                                          std::size_t depth) {
   for (;;) {
-    make_room(depth);
+    co_await make_room(depth);
     const int fd = ::openat(at_fd, name, kDirFlags | extra);
-    if (fd >= 0) return fd;
+    if (fd >= 0) co_return fd;
     const int err = errno;
     if (err == EINTR) continue;
-    if (err != EMFILE && err != ENFILE) return -1;
+    if (err != EMFILE && err != ENFILE) co_return -err;
     // Out of descriptors: the walker's own ancestors go first, then wait
     // for scans in flight; with nothing in flight it is a real error.
     if (drop_ancestors(depth)) continue;
-    if (sink_.wait_for_descriptors()) continue;
-    errno = err;
-    return -1;
+    const bool freed = co_await sink_.wait_for_descriptors();
+    if (freed) continue;
+    co_return -err;
   }
 }
 
-void walker::walk_default() {
+spindle::task<void> walker::walk_default() {
   path_.clear();
-  const int fd = open_directory(AT_FDCWD, ".", 0, 0);
+  const int fd = co_await open_directory(AT_FDCWD, ".", 0, 0);
   if (fd < 0) {
-    sink_.error(".", errno);
-    return;
+    sink_.error(".", -fd);
+    co_return;
   }
   at(0).dir = dir_ref(fd, live_dirs_);
-  walk_directory(0);
+  co_await walk_directory(0);
   at(0).dir.reset();
 }
 
-void walker::walk_operand(std::string_view operand) {
-  path_.assign(operand);
+spindle::task<void> walker::walk_operand(std::string operand) {
+  path_ = std::move(operand);
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) {
     sink_.error(path_, errno);
-    return;
+    co_return;
   }
   if (S_ISREG(st.st_mode)) {
-    sink_.file(dir_ref{}, path_, path_, true);
-    return;
+    co_await sink_.file(dir_ref{}, path_, path_, true);
+    co_return;
   }
-  if (!S_ISDIR(st.st_mode)) return;  // FIFOs, sockets, devices: never opened
-  const int fd = open_directory(AT_FDCWD, path_.c_str(), 0, 0);
+  if (!S_ISDIR(st.st_mode)) co_return;  // FIFOs, sockets, devices: never opened
+  const int fd = co_await open_directory(AT_FDCWD, path_.c_str(), 0, 0);
   if (fd < 0) {
-    sink_.error(path_, errno);
-    return;
+    sink_.error(path_, -fd);
+    co_return;
   }
   while (path_.size() > 1 && path_.back() == '/')
     path_.pop_back();  // "d//" walks as "d"
   at(0).dir = dir_ref(fd, live_dirs_);
-  walk_directory(0);
+  co_await walk_directory(0);
   at(0).dir.reset();
 }
 
-bool walker::reopen(std::size_t depth) {
+spindle::task<bool> walker::reopen(std::size_t depth) {
   level& lv = at(depth);
   level& child = at(depth + 1);
   int err = 0;
   int fd = -1;
   if (child.dir) {
-    fd = open_directory(child.dir.fd(), "..", 0, depth);
-    if (fd < 0) err = errno;
+    fd = co_await open_directory(child.dir.fd(), "..", 0, depth);
+    if (fd < 0) err = -fd;
   }
   const std::pair<dev_t, ino_t> none{0, 0};
   if (fd >= 0 && lv.id != none && id_of(fd) != lv.id) {
@@ -172,8 +180,8 @@ bool walker::reopen(std::size_t depth) {
     fd = -1;
   }
   if (fd < 0 && path_.size() < PATH_MAX) {
-    fd = open_directory(AT_FDCWD, path_.empty() ? "." : path_.c_str(), O_NOFOLLOW, depth);
-    if (fd < 0) err = errno;
+    fd = co_await open_directory(AT_FDCWD, path_.empty() ? "." : path_.c_str(), O_NOFOLLOW, depth);
+    if (fd < 0) err = -fd;
     if (fd >= 0 && lv.id != none && id_of(fd) != lv.id) {
       ::close(fd);
       fd = -1;
@@ -189,20 +197,20 @@ bool walker::reopen(std::size_t depth) {
       message += " (moved during the scan)";
     }
     sink_.failure(path_.empty() ? std::string_view(".") : std::string_view(path_), message);
-    return false;
+    co_return false;
   }
   lv.dir = dir_ref(fd, live_dirs_);
-  return true;
+  co_return true;
 }
 
-void walker::walk_directory(std::size_t depth) {
+spindle::task<void> walker::walk_directory(std::size_t depth) {
   level& lv = at(depth);
   lv.id = id_of(lv.dir.fd());
   if (lv.id != std::pair<dev_t, ino_t>{0, 0}) {
     for (std::size_t k = 0; k < depth; ++k) {
       if (levels_[k]->id == lv.id) {
         sink_.warning(path_, "recursive directory loop");
-        return;
+        co_return;
       }
     }
   }
@@ -239,7 +247,7 @@ void walker::walk_directory(std::size_t depth) {
       }
       if (type == DT_REG) {
         append_child(path_, name);
-        sink_.file(lv.dir, name, path_, false);
+        co_await sink_.file(lv.dir, name, path_, false);
         path_.resize(base);
       } else if (type == DT_DIR) {
         lv.subdirs.append(name);
@@ -255,25 +263,31 @@ void walker::walk_directory(std::size_t depth) {
     const char* name = lv.subdirs.c_str() + pos;
     const std::size_t len = std::strlen(name);
     pos += len + 1;
-    if (!lv.dir && !reopen(depth)) return;  // reported; the rest is unreachable
+    if (!lv.dir) {
+      const bool back = co_await reopen(depth);
+      if (!back) co_return;  // reported; the rest is unreachable
+    }
     append_child(path_, std::string_view(name, len));
-    const int child = open_directory(lv.dir.fd(), name, O_NOFOLLOW, depth);
+    const int child = co_await open_directory(lv.dir.fd(), name, O_NOFOLLOW, depth);
     if (child < 0) {
-      if (errno != ELOOP && errno != ENOTDIR && errno != ENOENT) sink_.error(path_, errno);
+      if (child != -ELOOP && child != -ENOTDIR && child != -ENOENT) sink_.error(path_, -child);
       path_.resize(base);
       continue;
     }
     level& next = at(depth + 1);
     next.dir = dir_ref(child, live_dirs_);
     if (depth >= keep_depth_) lv.dir.reset();
-    walk_directory(depth + 1);
+    co_await walk_directory(depth + 1);
     path_.resize(base);
     // Come back now while the child can lead here: for the next
     // subdirectory, or for the parent, which may need this one's "..".
     const bool needed = pos < lv.subdirs.size() || (depth > 0 && !levels_[depth - 1]->dir);
-    if (!lv.dir && needed && !reopen(depth)) {
-      next.dir.reset();
-      return;
+    if (!lv.dir && needed) {
+      const bool back = co_await reopen(depth);
+      if (!back) {
+        next.dir.reset();
+        co_return;
+      }
     }
     next.dir.reset();
   }

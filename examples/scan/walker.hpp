@@ -1,6 +1,9 @@
 // scan::walker: the discovery side of spindle-scan (grep -r's traversal).
 //
-// Shape: a depth-first walk on the calling thread with getdents64 and d_type.
+// Shape: a depth-first walk with getdents64 and d_type, as a spindle task:
+// the walk runs on a worker, beside the scans it starts, and suspends (in
+// the sink) while the scans in flight fill their window, so that the worker
+// runs them meanwhile, as ripgrep's walker threads also search.
 // Each directory is listed completely before its subdirectories are entered,
 // so the memory held is one list of subdirectory names per level (reused
 // across the walk). DT_UNKNOWN entries are classified with
@@ -24,8 +27,8 @@
 // at once (walker and scans together): beyond that, and whenever opening a
 // directory fails with EMFILE or ENFILE, the walker first gives up its
 // ancestors' descriptors for good, then waits for scans in flight to finish
-// (walk_sink::wait_for_descriptors) and tries again; only when nothing is in
-// flight is EMFILE reported as an error.
+// (co_await walk_sink::wait_for_descriptors) and tries again; only when
+// nothing is in flight is EMFILE reported as an error.
 //
 // Paths follow grep: "dir/" and "dir//" walk as "dir" (children "dir/x"),
 // "/" gives "/x", and walk_default() walks "." naming children "x".
@@ -38,9 +41,9 @@
 // reopened (it was moved away during the walk) is reported with a message
 // and the rest of it is skipped.
 //
-// Thread-safety: a walker is used by one thread; the sink is called on it.
-// dir_ref copies may be used and destroyed on any thread; the walker must
-// outlive them all.
+// Thread-safety: a walker is used by one task at a time (which may resume on
+// any worker); the sink is called from it. dir_ref copies may be used and
+// destroyed on any thread; the walker must outlive them all.
 #pragma once
 
 #include <fcntl.h>
@@ -50,6 +53,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <spindle/task.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -95,19 +99,20 @@ class walk_sink {
   /// command-line path relative to the current directory); `path` is its
   /// whole path for messages. The strings are valid only during the call;
   /// copy `dir` to keep the directory open. `command_line`: the user named
-  /// it (open it following symlinks).
-  virtual void file(dir_ref const& dir, std::string_view name, std::string_view path,
-                    bool command_line) = 0;
+  /// it (open it following symlinks). The walk waits for the returned
+  /// task (the sink suspends it for backpressure).
+  virtual spindle::task<void> file(dir_ref const& dir, std::string_view name, std::string_view path,
+                                   bool command_line) = 0;
   /// `path` could not be opened, listed or examined: errno `error`.
   virtual void error(std::string_view path, int error) = 0;
   /// `path` could not be walked: `message`.
   virtual void failure(std::string_view path, std::string_view message) = 0;
   /// A non-fatal oddity such as a directory loop.
   virtual void warning(std::string_view path, std::string_view message) = 0;
-  /// The walker is short of descriptors: blocks until a file scan in flight
-  /// has finished (freeing its descriptors) and returns true; returns false
-  /// at once when nothing is in flight.
-  virtual bool wait_for_descriptors() = 0;
+  /// The walker is short of descriptors: suspends until a file scan in
+  /// flight has finished (freeing its descriptors) and yields true; yields
+  /// false at once when nothing is in flight.
+  virtual spindle::task<bool> wait_for_descriptors() = 0;
 };
 
 class walker {
@@ -125,10 +130,10 @@ class walker {
   /// Directory descriptors alive now (the walker's and the scans').
   [[nodiscard]] std::size_t live_directories() const noexcept { return live_dirs_.load(); }
 
-  /// Walks one operand as grep -r does.
-  void walk_operand(std::string_view operand);
+  /// Walks one operand as grep -r does. Await it inside the runtime.
+  spindle::task<void> walk_operand(std::string operand);
   /// grep -r without operands: walks "." and names files without "./".
-  void walk_default();
+  spindle::task<void> walk_default();
 
   /// True when `operand` names a directory (following symlinks). Used for
   /// grep's rule: one operand that is not a directory prints no file name.
@@ -141,17 +146,19 @@ class walker {
     std::string subdirs;           // NUL-separated names still to walk
   };
 
-  void walk_directory(std::size_t depth);
+  spindle::task<void> walk_directory(std::size_t depth);
   // openat(at, name, kDirFlags | extra) that waits out EMFILE/ENFILE (see
-  // the file comment); -1 with errno set on failure.
-  int open_directory(int at, char const* name, int extra, std::size_t depth);
+  // the file comment): the descriptor, or -errno on failure (errno itself
+  // does not survive a suspension: the task may resume on another thread).
+  // `name` must stay valid until the task completes.
+  spindle::task<int> open_directory(int at, char const* name, int extra, std::size_t depth);
   // Before a new directory descriptor: stay under max_directories().
-  void make_room(std::size_t depth);
+  spindle::task<void> make_room(std::size_t depth);
   // Lets the walker's descriptors of levels [0, depth) go; true if any was.
   bool drop_ancestors(std::size_t depth);
   // Reopens levels_[depth] on the way back from its child; false if it
   // cannot (reported).
-  bool reopen(std::size_t depth);
+  spindle::task<bool> reopen(std::size_t depth);
   level& at(std::size_t depth);
 
   walk_sink& sink_;

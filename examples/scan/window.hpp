@@ -1,32 +1,35 @@
-// scan::window: at most N items in flight between one producer and many
+// scan::window: at most N items in flight between one producer task and many
 // consumers, with hysteresis, and a size that shrinks when the items run out
 // of a resource (file descriptors).
 //
 // Shape: an atomic count of free places and an atomic size. The producer
-// takes a place per item and, when none is left, sleeps on a futex until
-// half of the window is free again; consumers give places back and wake the
-// producer only when the place they return reaches the level it waits for.
-// The producer sleeps on a futex directly: std::atomic::wait would first spin
-// with sched_yield, taking CPU from the workers while they drain the window.
-// Compared with a counting semaphore this turns one producer wake-up per
-// finished item into one per half window, when the producer is ahead.
+// (a spindle task) takes a place per item and, when none is left, suspends
+// on a spindle::notify until half of the window is free again; consumers give
+// places back and wake the producer only when the place they return reaches
+// the level it waits for. Compared with a counting semaphore this turns one
+// producer wake-up per finished item into one per half window, when the
+// producer is ahead. The producer suspends instead of blocking: it runs on a
+// worker, which meanwhile runs the items it spawned.
 // A consumer may instead give its place up for good (shrink): the window is
 // then one place smaller, and the producer is always woken so that it
 // recomputes the level it waits for (and looks at its `stop` condition).
-// The futex word is a generation counter bumped by every wake-up, so a wake
-// between the producer's last check and its sleep is never lost.
+// The producer publishes the level it waits for, then looks at the count
+// again before it suspends; a consumer bumps the count, then reads the level.
+// Both are sequentially consistent, so one of them sees the other, and a
+// notify_one() that finds no waiter stores a permit: no wake-up is lost. A
+// stale permit only costs the producer one more look at the count.
 //
-// Thread-safety: acquire(), wait_all() and wait_release() from one producer
-// thread; release() and shrink() from any thread.
+// Thread-safety: try_acquire(), acquire(), wait_all() and wait_release()
+// from one producer task at a time; release() and shrink() from any thread
+// (tasks or plain threads).
 #pragma once
-
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <spindle/notify.hpp>
+#include <spindle/task.hpp>
 
 namespace scan {
 
@@ -36,61 +39,58 @@ class window {
     free_.store(size_.load());
   }
 
-  /// Takes a place; blocks while the window is full (then until half of it
-  /// is free).
-  void acquire() noexcept {
-    (void)acquire([] { return false; });
-  }
-  /// Takes a place and returns true, or returns false without one when
-  /// `stop()` is true while the window is full (checked before sleeping and
-  /// after every wake-up, e.g. after a shrink()).
-  template <class Stop>
-  bool acquire(Stop&& stop) noexcept {
-    if (!wait_until([](std::uint32_t size) { return std::max<std::uint32_t>(size / 2, 1); },
-                    [](std::uint32_t) { return 1u; }, stop)) {
-      return false;
-    }
+  /// Takes a place if one is free now; never suspends.
+  [[nodiscard]] bool try_acquire() noexcept {
+    if (free_.load(std::memory_order_acquire) == 0) return false;
     free_.fetch_sub(1, std::memory_order_acq_rel);  // only the producer takes places
     return true;
   }
 
+  /// Takes a place and yields true; suspends while the window is full (then
+  /// until half of it is free). Yields false without a place when `stop()`
+  /// is true while the window is full (checked before suspending and after
+  /// every wake-up, e.g. after a shrink()).
+  spindle::task<bool> acquire(std::function<bool()> stop = {}) {
+    const bool room =
+        co_await wait_for(need::one, std::move(stop));  // GCC PR 106188: see walker.cpp
+    if (!room) co_return false;
+    free_.fetch_sub(1, std::memory_order_acq_rel);
+    co_return true;
+  }
+
   /// Gives a place back.
-  void release() noexcept {
+  void release() {
     const std::uint32_t now = free_.fetch_add(1, std::memory_order_seq_cst) + 1;
     std::uint32_t want = want_.load(std::memory_order_seq_cst);
-    if (want != 0 && now >= want && want_.compare_exchange_strong(want, 0)) wake();
+    if (want != 0 && now >= want && want_.compare_exchange_strong(want, 0)) wake_.notify_one();
   }
 
   /// Gives a place up for good instead of releasing it: the window is one
   /// place smaller. The caller must know that another place is still held
   /// (the window never shrinks to nothing).
-  void shrink() noexcept {
+  void shrink() {
     size_.fetch_sub(1, std::memory_order_seq_cst);
-    if (want_.exchange(0, std::memory_order_seq_cst) != 0) wake();
+    if (want_.exchange(0, std::memory_order_seq_cst) != 0) wake_.notify_one();
   }
 
-  /// Blocks until every place is free (all items finished) and returns
-  /// true, or returns false when `stop()` is true (checked as in acquire).
-  template <class Stop>
-  bool wait_all(Stop&& stop) noexcept {
-    auto all = [](std::uint32_t size) { return size; };
-    return wait_until(all, all, stop);
-  }
-  void wait_all() noexcept {
-    (void)wait_all([] { return false; });
+  /// Suspends until every place is free (all items finished) and yields
+  /// true, or yields false when `stop()` is true (checked as in acquire).
+  spindle::task<bool> wait_all(std::function<bool()> stop = {}) {
+    return wait_for(need::all, std::move(stop));
   }
 
-  /// Blocks until some item gives its place back or up (release or shrink)
-  /// and returns true; returns false at once when no place is held.
-  bool wait_release() noexcept {
-    const std::uint32_t gen = gen_.load(std::memory_order_seq_cst);
+  /// Suspends until some item gives its place back or up (release or
+  /// shrink) and yields true; yields false at once when no place is held.
+  /// May also yield true after an earlier, already consumed wake-up: the
+  /// caller looks at what it waits for again either way.
+  spindle::task<bool> wait_release() {
     want_.store(1, std::memory_order_seq_cst);  // any release wakes from here on
     if (free_.load(std::memory_order_seq_cst) >= size_.load(std::memory_order_seq_cst)) {
       want_.store(0, std::memory_order_seq_cst);
-      return false;
+      co_return false;
     }
-    sleep(gen);
-    return true;
+    co_await wake_.wait();
+    co_return true;
   }
 
   /// The current number of places (initial size minus the shrinks).
@@ -98,42 +98,33 @@ class window {
   [[nodiscard]] std::uint32_t free_places() const noexcept { return free_.load(); }
 
  private:
-  // Returns true once enough(size) places are free; while fewer are, sleeps
-  // until a release brings them to level(size), or returns false when
-  // stop() says so. The size may shrink meanwhile: recomputed every round.
-  template <class Level, class Enough, class Stop>
-  bool wait_until(Level level, Enough enough, Stop& stop) noexcept {
+  enum class need : std::uint8_t { one, all };
+
+  // Yields true once enough places are free (one, or all of them); while
+  // fewer are, suspends until a release brings them to the level (half the
+  // window, or all of it), or yields false when stop() says so. The size may
+  // shrink meanwhile: recomputed every round.
+  spindle::task<bool> wait_for(need what, std::function<bool()> stop) {
     for (;;) {
-      const std::uint32_t gen = gen_.load(std::memory_order_seq_cst);
       const std::uint32_t size = size_.load(std::memory_order_seq_cst);
-      if (free_.load(std::memory_order_seq_cst) >= enough(size)) return true;
-      if (stop()) return false;
-      want_.store(level(size), std::memory_order_seq_cst);
-      // A release or shrink may have missed `want_`: look again before sleeping.
-      if (free_.load(std::memory_order_seq_cst) >= enough(size) ||
+      const std::uint32_t enough = what == need::one ? 1 : size;
+      if (free_.load(std::memory_order_seq_cst) >= enough) co_return true;
+      if (stop && stop()) co_return false;
+      want_.store(what == need::one ? std::max<std::uint32_t>(size / 2, 1) : size,
+                  std::memory_order_seq_cst);
+      // A release or shrink may have missed `want_`: look again before waiting.
+      if (free_.load(std::memory_order_seq_cst) >= enough ||
           size_.load(std::memory_order_seq_cst) != size) {
         continue;
       }
-      sleep(gen);
+      co_await wake_.wait();
     }
-  }
-
-  void sleep(std::uint32_t gen) noexcept {
-    // Returns at once if gen_ is no longer `gen` (EAGAIN), or on a wake.
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&gen_), FUTEX_WAIT_PRIVATE, gen, nullptr,
-              nullptr, 0);
-  }
-  void wake() noexcept {
-    gen_.fetch_add(1, std::memory_order_seq_cst);
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&gen_), FUTEX_WAKE_PRIVATE, 1, nullptr,
-              nullptr, 0);
   }
 
   std::atomic<std::uint32_t> size_{0};  // places, shrinks
   std::atomic<std::uint32_t> free_{0};
-  std::atomic<std::uint32_t> want_{0};  // level the producer sleeps for, 0: none
-  std::atomic<std::uint32_t> gen_{0};   // the futex word: bumped by every wake
-  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  std::atomic<std::uint32_t> want_{0};  // level the producer waits for, 0: none
+  spindle::notify wake_;
 };
 
 }  // namespace scan
