@@ -109,11 +109,18 @@ task_header* scheduler_core::next_local(worker* w) noexcept {
       w->counters.lifo_hits.add();
       return std::exchange(w->lifo_slot, nullptr);
     }
-    // Cap reached: flush the slot to the ring, where stealers can see it.
+    // Cap reached: flush the slot to the ring, where stealers can see it,
+    // and take the ring's oldest task. A sibling is woken only when the ring
+    // still holds work after that: when the flushed task was the only one
+    // (a chain of spawns), this worker runs it next and a woken sibling
+    // would find nothing, costing a futex wake and a search for nothing.
     if (w->queue.push_back(std::exchange(w->lifo_slot, nullptr), inject)) {
       w->counters.overflows.add();
     }
-    notify_parked();
+    task_header* task = w->queue.pop();
+    w->lifo_polls_in_a_row = 0;
+    if (!w->queue.is_empty()) notify_parked();
+    return task;
   }
   task_header* task = w->queue.pop();
   if (task != nullptr) w->lifo_polls_in_a_row = 0;
