@@ -111,6 +111,20 @@ inline long scaled(long n, long min = 1) {
 }
 
 // ---------------------------------------------------------------------------
+// Small tasks
+
+/// A task that yields `v` at once.
+SPINDLE_COROUTINE_TEMPLATE inline spindle::task<int> value_of(int v) {
+  co_return v;
+}
+
+/// A task that awaits `h` (a join handle may only be awaited in a task).
+template <class T>
+SPINDLE_COROUTINE_TEMPLATE spindle::task<T> await_handle(spindle::join_handle<T> h) {
+  co_return co_await h;
+}
+
+// ---------------------------------------------------------------------------
 // RAII counting
 
 struct counts {

@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 using spindle::join_handle;
 using spindle::task;
 using spindle_test::test_event;
+using spindle_test::value_of;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
@@ -34,9 +35,6 @@ struct custom_error : std::runtime_error {
   int code;
 };
 
-task<int> value_of(int v) {
-  co_return v;
-}
 task<std::string> string_of(std::string s) {
   co_return s + "!";
 }

@@ -24,9 +24,11 @@ using spindle_test::eager;
 using namespace std::chrono_literals;
 using spindle::join_handle;
 using spindle::task;
+using spindle_test::await_handle;
 using spindle_test::counts;
 using spindle_test::test_event;
 using spindle_test::tracked;
+using spindle_test::value_of;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
@@ -36,19 +38,12 @@ struct custom_error : std::runtime_error {
   int code;
 };
 
-task<int> value_of(int v) {
-  co_return v;
-}
 task<void> nothing() {
   co_return;
 }
 task<int> throw_code(int code) {
   throw custom_error(code);
   co_return 0;
-}
-template <class T>
-task<T> await_handle(join_handle<T> h) {
-  co_return co_await h;
 }
 
 /// Errno-style code of a std::system_error thrown by `fn`, or a default error_code.

@@ -21,21 +21,14 @@ namespace {
 using spindle::join_handle;
 using spindle::runtime;
 using spindle::task;
+using spindle_test::await_handle;
 using spindle_test::counts;
 using spindle_test::test_event;
 using spindle_test::tracked;
+using spindle_test::value_of;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
-
-task<int> value_of(int v) {
-  co_return v;
-}
-
-template <class T>
-task<T> await_handle(join_handle<T> h) {
-  co_return co_await h;
-}
 
 /// Runs `t` on a worker and returns its result. Waited for without block_on:
 /// a thread in block_on may run queued tasks itself while the workers are

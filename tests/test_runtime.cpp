@@ -36,13 +36,10 @@ using spindle_test::counts;
 using spindle_test::suspend_forever;
 using spindle_test::test_event;
 using spindle_test::tracked;
+using spindle_test::value_of;
 
 auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
     new spindle_test::watchdog_environment(spindle_test::stall_limit(30)));
-
-task<int> value_of(int v) {
-  co_return v;
-}
 
 /// Busy work of roughly `iterations` steps (not optimized away).
 long spin_work(long iterations) {
