@@ -250,7 +250,7 @@ class scanner final : public scan::walk_sink {
       has_retries_.store(true, std::memory_order_release);
     }
     return_slot(s);
-    permits_.shrink();  // wakes the main thread; `this` must not be touched after
+    permits_.shrink();  // wakes the walk task; `this` must not be touched after
   }
 
   void report(std::string_view path, int err, std::string_view what) {
