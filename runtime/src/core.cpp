@@ -103,6 +103,7 @@ task_header* scheduler_core::not_from_lifo(worker* w, task_header* task) noexcep
 }
 
 task_header* scheduler_core::next_local(worker* w) noexcept {
+  bool flushed = false;
   if (w->lifo_slot != nullptr) {
     if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
       ++w->lifo_polls_in_a_row;
@@ -110,20 +111,19 @@ task_header* scheduler_core::next_local(worker* w) noexcept {
       return std::exchange(w->lifo_slot, nullptr);
     }
     // Cap reached: flush the slot to the ring, where stealers can see it,
-    // and take the ring's oldest task. A sibling is woken only when the ring
-    // still holds work after that: when the flushed task was the only one
-    // (a chain of spawns), this worker runs it next and a woken sibling
-    // would find nothing, costing a futex wake and a search for nothing.
+    // and take the ring's oldest task below.
     if (w->queue.push_back(std::exchange(w->lifo_slot, nullptr), inject)) {
       w->counters.overflows.add();
     }
-    task_header* task = w->queue.pop();
-    w->lifo_polls_in_a_row = 0;
-    if (!w->queue.is_empty()) notify_parked();
-    return task;
+    flushed = true;
   }
   task_header* task = w->queue.pop();
   if (task != nullptr) w->lifo_polls_in_a_row = 0;
+  // After a flush a sibling is woken only when the ring still holds work:
+  // when the flushed task was the only one (a chain of spawns), this worker
+  // runs it now and a woken sibling would find nothing, costing a futex
+  // wake and a search for nothing.
+  if (flushed && !w->queue.is_empty()) notify_parked();
   return task;
 }
 
