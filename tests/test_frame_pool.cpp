@@ -16,6 +16,7 @@
 
 #include "runtime_test_support.hpp"
 #include "spindle/detail/frame_pool.hpp"
+#include "spindle/detail/task_header.hpp"
 #include "spindle/runtime.hpp"
 
 // ThreadSanitizer's runtime defines operator new itself: no replacement
@@ -80,29 +81,38 @@ void on_fresh_thread(Fn fn) {
   t.join();
 }
 
-TEST(FramePool, ReusesAFreedBlockOfTheSameClass) {
-  on_fresh_thread([] {
+// Classes: 16-byte steps up to 512 bytes, then 64-byte steps up to 4096.
+void expect_shared_class(std::size_t first, std::size_t last) {
+  on_fresh_thread([first, last] {
     frame_pool_counters c0 = frame_pool_thread_counters();
-    void* p = frame_allocate(200);
+    void* p = frame_allocate(first);
     frame_pool_counters c1 = frame_pool_thread_counters();
     EXPECT_EQ(c1.pool_misses, c0.pool_misses + 1);
     EXPECT_EQ(c1.pool_hits, c0.pool_hits);
-    frame_deallocate(p, 200);
+    frame_deallocate(p, first);
 
-    // 193..256 bytes share a class: the freed block comes back.
-    void* q = frame_allocate(256);
-    EXPECT_EQ(q, p);
+    // first..last share a class: the freed block comes back.
+    void* q = frame_allocate(last);
+    EXPECT_EQ(q, p) << first << ".." << last;
     frame_pool_counters c2 = frame_pool_thread_counters();
     EXPECT_EQ(c2.pool_hits, c1.pool_hits + 1);
     EXPECT_EQ(c2.pool_misses, c1.pool_misses);
 
-    // Another class does not get it.
-    void* r = frame_allocate(257);
+    // The next class does not get it.
+    void* r = frame_allocate(last + 1);
     EXPECT_NE(r, p);
     EXPECT_EQ(frame_pool_thread_counters().pool_misses, c2.pool_misses + 1);
-    frame_deallocate(r, 257);
-    frame_deallocate(q, 256);
+    frame_deallocate(r, last + 1);
+    frame_deallocate(q, last);
   });
+}
+
+TEST(FramePool, ReusesAFreedBlockOfTheSameClass) {
+  expect_shared_class(1, 16);
+  expect_shared_class(129, 144);
+  expect_shared_class(497, 512);
+  expect_shared_class(513, 576);
+  expect_shared_class(4033, 4096 - 1);
 }
 
 TEST(FramePool, SteadyStateIsServedFromThePool) {
@@ -292,6 +302,52 @@ TEST(FramePool, SteadyStateSpawnAwaitDoesNotCallOperatorNew) {
     expected += i + 1;
   EXPECT_EQ(sum, expected);
   EXPECT_EQ(news, 0) << "operator new calls in " << measured << " spawn+await iterations";
+}
+
+
+
+// A spawned task's header lives in front of its frame, in the same block:
+// a spawn+await pair takes exactly one block from the pool (the child's frame
+// with its header), not two.
+spindle::task<std::uint64_t> count_blocks_per_pair(int pairs) {
+  for (int i = 0; i < 100; ++i)
+    co_await spindle::spawn(child(i));  // warm up
+  frame_pool_counters c0 = frame_pool_thread_counters();
+  long sum = 0;
+  for (int i = 0; i < pairs; ++i)
+    sum += co_await spindle::spawn(child(i));
+  frame_pool_counters c1 = frame_pool_thread_counters();
+  EXPECT_GT(sum, 0);
+  co_return (c1.pool_hits + c1.pool_misses) - (c0.pool_hits + c0.pool_misses);
+}
+
+TEST(TaskFrame, ASpawnTakesOneBlockForHeaderAndFrame) {
+  spindle::runtime rt{{.workers = 1}};
+  constexpr int pairs = 1000;
+  EXPECT_EQ(spindle_test::run_on_worker(rt, count_blocks_per_pair(pairs)),
+            static_cast<std::uint64_t>(pairs));
+}
+
+TEST(TaskFrame, HeaderRoomIsInFrontOfEveryFrame) {
+  using spindle::detail::task_frame_prefix;
+  using spindle::detail::task_header;
+  on_fresh_thread([] {
+    auto frame = child(1).release();
+    void* address = frame.address();
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(address) % alignof(std::max_align_t), 0u);
+    task_header* header = task_header::of_frame(address);
+    // The pool's block starts at the header and covers the frame.
+    EXPECT_EQ(header->state.load(), 0u) << "an unspawned frame has an empty header";
+    EXPECT_GT(header->block_bytes, task_frame_prefix);
+    EXPECT_EQ(header->frame_address(), static_cast<char*>(address));
+    std::size_t block = header->block_bytes;
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    frame.destroy();  // an unspawned frame gives its whole block back
+    void* again = frame_allocate(block);
+    EXPECT_EQ(again, static_cast<void*>(header));
+    EXPECT_EQ(frame_pool_thread_counters().pool_hits, c0.pool_hits + 1);
+    frame_deallocate(again, block);
+  });
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ void child_set::on_complete(join_waiter* w) noexcept {
   child_set* set = n->owner;
   task_header* t = n->task;
   // The completing thread wrote these before publishing COMPLETE.
-  bool failed = t->cancelled_before_finish || t->promise->has_exception();
+  bool failed = t->cancelled_before_finish || t->root_promise()->has_exception();
   task_header* wake_task = nullptr;
   {
     std::lock_guard lock(set->mutex_);

@@ -44,7 +44,7 @@ class owned_tasks {
   /// (and links nothing) once the runtime is closed.
   [[nodiscard]] bool insert(task_header* task, std::size_t shard_index) noexcept {
     shard& s = shards_[shard_index];
-    task->owned_list = static_cast<std::uint32_t>(shard_index);
+    task->owned_list = static_cast<std::uint16_t>(shard_index);
     task->owned_prev = nullptr;
     s.lock();
     if (s.closed) {

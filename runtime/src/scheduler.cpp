@@ -30,7 +30,13 @@ namespace sb = state_bits;
 
 namespace {
 
-std::size_t resolve_workers(std::size_t requested) noexcept {
+std::size_t resolve_workers(std::size_t requested) {
+  // A task header keeps its owned-task shard (one per worker, one more for
+  // spawns from elsewhere) in 16 bits.
+  if (requested > max_workers) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle: runtime_config::workers must be at most 65535");
+  }
   if (requested != 0) return requested;
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : hc;
@@ -144,8 +150,7 @@ scheduler::~scheduler() {
   ctx = thread_context{this, nullptr, nullptr};
   bool terminated = false;
   while (task_header* task = owned_.pop_any(terminated)) {
-    if (task->root) {
-      auto root = std::exchange(task->root, {});
+    if (auto root = task->frame()) {
       task->cancelled_before_finish = true;
       root.destroy();
     }
@@ -195,22 +200,23 @@ void scheduler::observe_termination() noexcept {
 // Spawning and scheduling
 
 task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise) {
-  void* mem = frame_allocate(sizeof(task_header));
-  auto* task = ::new (mem) task_header;
-  task->root = root;
+  // The header is already there, in front of the frame (task_frame_allocate).
+  task_header* task = task_header::of_frame(root.address());
   task->resume_point = root;
-  task->promise = promise;
+  task->promise_offset =
+      static_cast<std::uint8_t>(reinterpret_cast<char*>(promise) - task->frame_address());
   task->sched = this;
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
 
   if (!owned_.insert(task, w != nullptr ? w->index : core_.workers.size())) {
-    // Refused atomically: the caller gets a handle to a cancelled task.
-    task->root = {};
-    task->cancelled_before_finish = true;
-    root.destroy();
+    // Refused atomically: the caller gets a handle to a cancelled task. The
+    // state goes first: it makes the block the header's, so destroying the
+    // frame leaves the block to the handle.
     task->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
                       std::memory_order_release);
+    task->cancelled_before_finish = true;
+    root.destroy();
     return task;
   }
   task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
@@ -389,7 +395,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
     ++w->tick_polls;
   }
 
-  if (task->root.done()) {
+  if (task->frame().done()) {
     complete(task, w);
     return;
   }
@@ -511,10 +517,9 @@ abort_here_result scheduler::abort_here(task_header* task) noexcept {
 }
 
 void scheduler::destroy_frame(task_header* task) noexcept {
-  if (task->root) {
-    auto root = std::exchange(task->root, {});
+  if (auto root = task->frame()) {
     task->cancelled_before_finish = true;
-    root.destroy();  // destructors of the whole await chain run here
+    root.destroy();  // destructors of the whole await chain run here; the block stays
   }
 }
 
@@ -549,7 +554,7 @@ void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
   // The task stops counting as alive after its detached exception is
   // reported, and before its joiner runs (a block_on that returns sees it gone).
   if ((prev & sb::join_interest) == 0) {
-    if (!task->cancelled_before_finish && task->promise->has_exception()) {
+    if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
       report_detached_exception(task);
     }
     if (owned_.remove(task)) observe_termination();
@@ -567,15 +572,18 @@ void scheduler::drop_reference(task_header* task) noexcept {
 }
 
 void scheduler::free_task(task_header* task) noexcept {
-  if (task->root) task->root.destroy();
+  // The state is not 0 (COMPLETE at least), so destroying the frame leaves
+  // its block to us.
+  if (auto root = task->frame()) root.destroy();
+  std::size_t bytes = task->block_bytes;
   task->~task_header();
-  frame_deallocate(task, sizeof(task_header));
+  frame_deallocate(task, bytes);
 }
 
 void scheduler::report_detached_exception(task_header* task) noexcept {
   detached_exceptions_.fetch_add(1, std::memory_order_relaxed);
   try {
-    std::rethrow_exception(task->promise->exception());
+    std::rethrow_exception(task->root_promise()->exception());
   } catch (std::exception const& e) {
     std::fprintf(stderr, "spindle: a detached task ended with an exception: %s\n", e.what());
   } catch (...) {

@@ -104,7 +104,7 @@ void join_detach(task_header* task) noexcept {
   if ((s & sb::complete) != 0) {
     // Finished: nothing races for the join bits any more. Clearing them and
     // dropping the handle's reference is one RMW (the common case).
-    bool unobserved = !task->cancelled_before_finish && task->promise->has_exception();
+    bool unobserved = !task->cancelled_before_finish && task->root_promise()->has_exception();
     if (!unobserved) {
       while (!task->state.compare_exchange_weak(
           s, (s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one, std::memory_order_acq_rel,
@@ -117,10 +117,10 @@ void join_detach(task_header* task) noexcept {
   while (!task->state.compare_exchange_weak(s, s & ~(sb::join_interest | sb::join_waker),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
   }
-  if ((s & sb::complete) != 0 && !task->cancelled_before_finish && task->promise->has_exception()) {
+  if ((s & sb::complete) != 0 && !task->cancelled_before_finish && task->root_promise()->has_exception()) {
     // Completed, but nobody took the exception: do not lose it silently.
     try {
-      std::rethrow_exception(task->promise->exception());
+      std::rethrow_exception(task->root_promise()->exception());
     } catch (std::exception const& e) {
       std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception: %s\n",
                    e.what());

@@ -115,7 +115,7 @@ class [[nodiscard]] join_handle {
     check_awaitable();
     taken_ = true;
     if (task_->cancelled_before_finish) throw task_cancelled{};
-    return static_cast<detail::promise<T>*>(task_->promise)->take_result();
+    return static_cast<detail::promise<T>*>(task_->root_promise())->take_result();
   }
 
   /// The header (for the runtime and tests).

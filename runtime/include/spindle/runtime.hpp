@@ -13,7 +13,8 @@
 // with `automatic` it falls back to the thread-pool backend instead.
 // std::system_error(std::errc::resource_unavailable_try_again) when a worker
 // thread cannot be started; std::system_error(std::errc::invalid_argument)
-// for max_blocking_threads == 0 or a negative blocking_keep_alive. block_on called from one of this
+// for max_blocking_threads == 0, a negative blocking_keep_alive or more than
+// max_workers (65,535) workers. block_on called from one of this
 // runtime's workers throws std::system_error(std::errc::resource_deadlock_would_occur).
 //
 // Thread-safety: spawn(), stats(), worker_count() and io_backend_in_use() may
@@ -74,9 +75,12 @@ enum class io_backend : std::uint8_t {
   threadpool,  ///< blocking system calls on a pool of threads
 };
 
+/// The most worker threads a runtime may have.
+inline constexpr std::size_t max_workers = 65535;
+
 /// Runtime settings (an aggregate: use designated initializers).
 struct runtime_config {
-  std::size_t workers = 0;                     ///< worker threads; 0 = hardware_concurrency()
+  std::size_t workers = 0;                     ///< worker threads (<= max_workers); 0 = hardware_concurrency()
   std::uint64_t seed = 0x853c49e6748fea9bULL;  ///< victim-selection RNG seed
   std::uint32_t budget = 128;                  ///< polls per tick (>= 1)
   bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu

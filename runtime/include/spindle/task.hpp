@@ -6,7 +6,8 @@
 // handed to spawn()/block_on(). Dropping a task that never ran destroys its
 // frame without running it.
 //
-// Frames come from per-thread recycling pools (detail/frame_pool.hpp).
+// Frames come from per-thread recycling pools (detail/frame_pool.hpp), each
+// with room for a task header in front of it, used when the task is spawned.
 // Coroutine functions should take parameters by value: a lazy task outlives
 // the temporaries of the expression that created it.
 //
@@ -48,9 +49,10 @@ namespace detail {
 /// exception.
 class promise_base {
  public:
-  static void* operator new(std::size_t bytes) { return frame_allocate(bytes); }
+  // Every frame gets room for a task header in front (see task_header.hpp).
+  static void* operator new(std::size_t bytes) { return task_frame_allocate(bytes); }
   static void operator delete(void* frame, std::size_t bytes) noexcept {
-    frame_deallocate(frame, bytes);
+    task_frame_deallocate(frame, bytes);
   }
 
   std::suspend_always initial_suspend() const noexcept { return {}; }

@@ -1,6 +1,6 @@
 // Per-thread recycling pools for coroutine frames and task headers.
 //
-// Shape: size classes of 64 bytes up to 4096 bytes; each thread (in practice
+// Shape: size classes of 16 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in practice
 // each worker) keeps a free list per class, at most 16 MiB of free blocks in
 // all, so steady-state spawn/await does not call malloc. A block may
 // be freed on another thread than the one that allocated it: it then joins the
@@ -24,6 +24,21 @@ namespace spindle::detail {
 
 /// Returns a block obtained from frame_allocate with the same `bytes`.
 void frame_deallocate(void* block, std::size_t bytes) noexcept;
+
+/// Bytes in front of every spindle::task coroutine frame, where the task's
+/// header goes if the frame is spawned (sizeof(detail::task_header)).
+inline constexpr std::size_t task_frame_prefix = 80;
+
+/// operator new of task<T> frames: a block of task_frame_prefix + `bytes`
+/// bytes from the pool, with an empty task header in front; returns the
+/// frame's address (aligned to alignof(std::max_align_t)). Throws
+/// std::bad_alloc when the system allocator does.
+[[nodiscard]] void* task_frame_allocate(std::size_t bytes);
+
+/// operator delete of task<T> frames: frees the block, unless the frame was
+/// spawned and its header is still referenced (then the header frees the
+/// block when its last reference goes).
+void task_frame_deallocate(void* frame, std::size_t bytes) noexcept;
 
 /// Counters of the calling thread's pool (for tests and benchmarks).
 struct frame_pool_counters {

@@ -1,7 +1,7 @@
 // The header of a spawned task and the calls awaiters make into the scheduler.
 //
-// Shape: one header per spawned task (a 128-byte block from the frame pool) that
-// owns the root coroutine frame. Its `state` word packs the scheduling bits
+// Shape: one 80-byte header per spawned task, in front of its root coroutine
+// frame in the same pool block (see task_header). Its `state` word packs the scheduling bits
 // and a reference count:
 //
 //   bit 0 SCHEDULED   in a queue (or handed to a worker), will be polled
@@ -74,24 +74,50 @@ struct join_waiter {
   void (*notify)(join_waiter* self) noexcept = nullptr;
 };
 
-struct task_header {
-  std::atomic<std::uint64_t> state{0};
+/// The header of a spawned task. It lives at the start of the block that
+/// holds the task's root coroutine frame: every task<T> frame is allocated
+/// with task_frame_prefix bytes in front of it (task_frame_allocate), so a
+/// spawn allocates nothing and the task costs one block, not two. The frame
+/// is at `this + task_frame_prefix`; the block outlives the frame when the
+/// frame is destroyed early (abort, shutdown) and goes when the last
+/// reference does.
+struct alignas(16) task_header {
+  std::atomic<std::uint64_t> state{0};     ///< 0: the block's frame was never spawned
   task_header* next = nullptr;             ///< run-queue / global-queue link
   std::coroutine_handle<> resume_point{};  ///< what the next poll resumes
-  std::coroutine_handle<> root{};          ///< the spawned frame; null once destroyed
-  promise_base* promise = nullptr;         ///< the root's promise (result, exception)
   join_waiter* waiter = nullptr;           ///< published by JOIN_WAKER
   scheduler* sched = nullptr;              ///< the runtime the task belongs to
   task_header* owned_prev = nullptr;       ///< owned-task list links (shutdown)
   task_header* owned_next = nullptr;
-  std::uint32_t owned_list = 0;          ///< which owned-task list holds it
-  bool cancelled_before_finish = false;  ///< the frame was destroyed, not finished
   /// How to detach the current suspension from its waker when the task is
   /// aborted (see set_cancel_hook). nullptr: suspended in an awaitable that
   /// does not know spindle (nothing can wake it through the scheduler).
   bool (*cancel_fn)(void* arg) noexcept = nullptr;
   void* cancel_arg = nullptr;
+  std::uint32_t block_bytes = 0;         ///< the whole block (header + frame), bytes
+  std::uint16_t owned_list = 0;          ///< which owned-task list holds it
+  std::uint8_t promise_offset = 0;       ///< the root's promise_base, bytes after the frame
+  bool cancelled_before_finish = false;  ///< the frame was destroyed, not finished
+
+  /// The root frame (null once destroyed: cancelled_before_finish).
+  [[nodiscard]] std::coroutine_handle<> frame() const noexcept {
+    if (cancelled_before_finish) return {};
+    return std::coroutine_handle<>::from_address(const_cast<char*>(frame_address()));
+  }
+  /// The root's promise (valid while the frame exists).
+  [[nodiscard]] promise_base* root_promise() const noexcept {
+    return reinterpret_cast<promise_base*>(const_cast<char*>(frame_address()) + promise_offset);
+  }
+  [[nodiscard]] char const* frame_address() const noexcept {
+    return reinterpret_cast<char const*>(this) + task_frame_prefix;
+  }
+  /// The header in front of a task<T> frame (`frame` from the frame's handle).
+  [[nodiscard]] static task_header* of_frame(void* frame) noexcept {
+    return reinterpret_cast<task_header*>(static_cast<char*>(frame) - task_frame_prefix);
+  }
 };
+static_assert(sizeof(task_header) == task_frame_prefix,
+              "task_frame_prefix (frame_pool.hpp) must be the header's size");
 
 /// Inside a running spindle task: records `resume_at` as the point the next
 /// poll resumes and returns the task. Outside a task returns nullptr.
