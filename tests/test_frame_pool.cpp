@@ -81,7 +81,7 @@ void on_fresh_thread(Fn fn) {
   t.join();
 }
 
-// Classes: 16-byte steps up to 512 bytes, then 64-byte steps up to 4096.
+// Classes: 8-byte steps up to 512 bytes, then 64-byte steps up to 4096.
 void expect_shared_class(std::size_t first, std::size_t last) {
   on_fresh_thread([first, last] {
     frame_pool_counters c0 = frame_pool_thread_counters();
@@ -108,9 +108,9 @@ void expect_shared_class(std::size_t first, std::size_t last) {
 }
 
 TEST(FramePool, ReusesAFreedBlockOfTheSameClass) {
-  expect_shared_class(1, 16);
-  expect_shared_class(129, 144);
-  expect_shared_class(497, 512);
+  expect_shared_class(1, 8);
+  expect_shared_class(129, 136);
+  expect_shared_class(505, 512);
   expect_shared_class(513, 576);
   expect_shared_class(4033, 4096 - 1);
 }

@@ -9,10 +9,12 @@
 namespace spindle::detail {
 namespace {
 
-// Size classes: 16-byte steps up to 512 bytes (32 classes: a spawned task's
+// Size classes: 8-byte steps up to 512 bytes (64 classes: a spawned task's
 // block, header and frame, is often 100-200 bytes, and a 64-byte step would
-// waste a third of it), then 64-byte steps up to 4096 (56 classes).
-constexpr std::size_t fine_step = 16;
+// waste a third of it; malloc returns 16-byte aligned blocks for any size,
+// and its chunks are the request + 8 rounded up to 16 bytes, so an 8-byte
+// step saves a chunk step), then 64-byte steps up to 4096 (56 classes).
+constexpr std::size_t fine_step = 8;
 constexpr std::size_t fine_limit = 512;
 constexpr std::size_t coarse_step = 64;
 constexpr std::size_t max_pooled = 4096;
@@ -62,38 +64,37 @@ constexpr std::size_t class_size(std::size_t cls) noexcept {
                             : fine_limit + (cls - fine_classes + 1) * coarse_step;
 }
 
-static_assert(class_of(1) == 0 && class_size(0) == 16);
+static_assert(class_of(1) == 0 && class_size(0) == 8);
 static_assert(class_of(512) == fine_classes - 1 && class_size(fine_classes - 1) == 512);
 static_assert(class_of(513) == fine_classes && class_size(fine_classes) == 576);
 static_assert(class_of(max_pooled) == class_count - 1 && class_size(class_count - 1) == max_pooled);
 static_assert(class_of(max_pooled + 1) == class_count);
 
-}  // namespace
-
-void* frame_allocate(std::size_t bytes) {
+// The fast paths, inlined into both the plain and the task-frame entry points.
+[[gnu::always_inline]] inline void* pool_allocate(std::size_t bytes) {
   std::size_t cls = class_of(bytes);
-  if (cls >= class_count) return ::operator new(bytes);
+  if (cls >= class_count) [[unlikely]] return ::operator new(bytes);
   thread_pool& pool = local_pool();
-  if (pool.destroyed) return ::operator new(bytes);
-  if (free_block* block = pool.heads[cls]) {
+  // A destroyed pool has empty lists: no check needed before the pop.
+  if (free_block* block = pool.heads[cls]) [[likely]] {
     pool.heads[cls] = block->next;
     pool.cached_bytes -= class_size(cls);
     ++pool.counters.pool_hits;
     return block;
   }
-  ++pool.counters.pool_misses;
+  if (!pool.destroyed) ++pool.counters.pool_misses;
   return ::operator new(class_size(cls));
 }
 
-void frame_deallocate(void* block, std::size_t bytes) noexcept {
+[[gnu::always_inline]] inline void pool_deallocate(void* block, std::size_t bytes) noexcept {
   std::size_t cls = class_of(bytes);
-  if (cls >= class_count) {
+  if (cls >= class_count) [[unlikely]] {
     ::operator delete(block);
     return;
   }
   thread_pool& pool = local_pool();
   std::size_t block_bytes = class_size(cls);
-  if (pool.destroyed || pool.cached_bytes + block_bytes > cache_bytes_per_thread) {
+  if (pool.destroyed || pool.cached_bytes + block_bytes > cache_bytes_per_thread) [[unlikely]] {
     ::operator delete(block);
     return;
   }
@@ -103,9 +104,19 @@ void frame_deallocate(void* block, std::size_t bytes) noexcept {
   pool.cached_bytes += block_bytes;
 }
 
+}  // namespace
+
+void* frame_allocate(std::size_t bytes) {
+  return pool_allocate(bytes);
+}
+
+void frame_deallocate(void* block, std::size_t bytes) noexcept {
+  pool_deallocate(block, bytes);
+}
+
 void* task_frame_allocate(std::size_t bytes) {
   std::size_t total = task_frame_prefix + bytes;
-  void* block = frame_allocate(total);
+  void* block = pool_allocate(total);
   // An empty header: state 0 says "never spawned" to task_frame_deallocate.
   auto* header = ::new (block) task_header;
   header->block_bytes = static_cast<std::uint32_t>(total);
@@ -118,7 +129,7 @@ void task_frame_deallocate(void* frame, std::size_t bytes) noexcept {
   // until the block is freed): scheduler::free_task frees it.
   if (header->state.load(std::memory_order_acquire) != 0) return;
   header->~task_header();
-  frame_deallocate(header, task_frame_prefix + bytes);
+  pool_deallocate(header, task_frame_prefix + bytes);
 }
 
 frame_pool_counters frame_pool_thread_counters() noexcept {

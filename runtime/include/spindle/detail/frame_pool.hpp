@@ -1,6 +1,6 @@
 // Per-thread recycling pools for coroutine frames and task headers.
 //
-// Shape: size classes of 16 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in practice
+// Shape: size classes of 8 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in practice
 // each worker) keeps a free list per class, at most 16 MiB of free blocks in
 // all, so steady-state spawn/await does not call malloc. A block may
 // be freed on another thread than the one that allocated it: it then joins the
