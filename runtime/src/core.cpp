@@ -34,9 +34,20 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
       return;
     }
   }
-  if (w->queue.push_back(to_ring, inject)) w->counters.overflows.add();
+  // A sibling is notified only when the ring was empty before this push
+  // (or it overflowed into the global queue). A ring that already held work
+  // was notified for when that work arrived: an idle sibling was then woken,
+  // or every worker was busy or a searcher was out (so the idle check's fence
+  // would only find the same). Liveness never depends on it: this worker is
+  // awake and runs its own ring. Saves a full fence per push while a worker
+  // keeps its ring busy (a yield loop pays it on every yield otherwise).
+  bool was_empty = true;
+  if (w->queue.push_back(to_ring, inject, &was_empty)) {
+    w->counters.overflows.add();
+    was_empty = true;
+  }
   w->hoard = 0;
-  notify_parked();
+  if (was_empty) notify_parked();
 }
 
 bool scheduler_core::notify_parked() noexcept {

@@ -44,13 +44,16 @@ class run_queue {
   run_queue& operator=(run_queue const&) = delete;
 
   /// Owner: appends `task`; on a full ring moves 128 tasks and `task` to
-  /// `overflow` in one batch. Returns true when it overflowed.
-  bool push_back(task_header* task, global_queue& overflow) noexcept {
+  /// `overflow` in one batch. Returns true when it overflowed. When
+  /// `was_empty` is given, it receives whether the ring looked empty before
+  /// the push (as len() would have said).
+  bool push_back(task_header* task, global_queue& overflow, bool* was_empty = nullptr) noexcept {
     for (;;) {
       std::uint64_t head = head_.load(std::memory_order_acquire);
       std::uint32_t steal = steal_of(head);
       std::uint32_t real = real_of(head);
       std::uint32_t tail = tail_.load(std::memory_order_relaxed);
+      if (was_empty != nullptr) *was_empty = tail == real;
       if (tail - steal < capacity) {
         slots_[tail & mask].store(task, std::memory_order_relaxed);
         tail_.store(tail + 1, std::memory_order_release);
