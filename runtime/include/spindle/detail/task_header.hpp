@@ -1,8 +1,9 @@
 // The header of a spawned task and the calls awaiters make into the scheduler.
 //
 // Shape: one 80-byte header per spawned task, in front of its root coroutine
-// frame in the same pool block (see task_header). Its `state` word packs the scheduling bits
-// and a reference count:
+// frame in the same pool block (see task_header), so that a task costs one
+// allocation (header + frame) and a spawn none. Its `state` word packs the
+// scheduling bits and a reference count:
 //
 //   bit 0 SCHEDULED   in a queue (or handed to a worker), will be polled
 //   bit 1 RUNNING     a worker is resuming it now
@@ -26,8 +27,12 @@
 //
 // Thread-safety: `state` is the only field written by several threads; every
 // other field is written by whoever holds the RUNNING bit (or SCHEDULED before
-// the first poll), or, for `waiter`, published by the JOIN_WAKER bit.
-// Design source: Tokio's task header / state.rs, Volt's 64-bit packed state
+// the first poll), or, for `waiter`, published by the JOIN_WAKER bit. The
+// block belongs to the frame until the spawn (state 0) and to the header from
+// then on (state != 0): destroying the frame early (abort, shutdown) leaves
+// the block, which goes with the last reference (scheduler::free_task).
+// Design source: Tokio's task header / state.rs (header, core and trailer in
+// one allocation), Volt's 64-bit packed state
 // (seed 002), the notified-while-running rule of seed 004.
 #pragma once
 
