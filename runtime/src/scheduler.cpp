@@ -60,6 +60,19 @@ void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
             nullptr, nullptr, 0);
 }
 
+// The address below which the calling thread's stack is more than half used
+// (stacks grow down), or 0 when the stack's bounds cannot be read.
+std::uintptr_t half_stack_mark() noexcept {
+  pthread_attr_t attr;
+  if (::pthread_getattr_np(::pthread_self(), &attr) != 0) return 0;
+  void* low = nullptr;
+  std::size_t size = 0;
+  int rc = ::pthread_attr_getstack(&attr, &low, &size);
+  ::pthread_attr_destroy(&attr);
+  if (rc != 0 || low == nullptr || size == 0) return 0;
+  return reinterpret_cast<std::uintptr_t>(low) + size / 2;
+}
+
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
@@ -281,6 +294,7 @@ void scheduler::run_worker(worker* w) {
   ctx.sched = this;
   ctx.self = w;
   if (config_.pin_threads) pin_to_cpu(w->index);
+  w->inline_stack_limit = half_stack_mark();
 
   while (!shutdown_.load(std::memory_order_acquire)) {
     std::uint64_t start = now_ns();
@@ -349,7 +363,8 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // task's poll) and the tick's budget (a task that spawns and awaits in a
   // loop must still let the tick end, so I/O, timers and the global queue
   // are served).
-  if (w->inline_depth >= worker::max_inline_depth || w->tick_polls + 1 >= config_.budget) {
+  if (w->inline_depth >= worker::max_inline_depth || w->tick_polls + 1 >= config_.budget ||
+      reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) < w->inline_stack_limit) {
     return false;
   }
   if (shutdown_.load(std::memory_order_relaxed)) return false;

@@ -53,9 +53,16 @@ struct worker {
   std::atomic<bool> transitioning_to_park{false};
   bool is_searching = false;
 
-  /// Nesting of join-await fast-path polls (run_inline) on this thread.
-  static constexpr std::uint32_t max_inline_depth = 32;
+  /// Nesting of join-await fast-path polls (run_inline) on this thread:
+  /// each level is a C++ stack frame chain of the awaiting task's poll. A
+  /// nested poll is refused beyond max_inline_depth levels, or once the
+  /// stack is more than half used (below inline_stack_limit; oneTBB's rule
+  /// for nesting stolen tasks), whichever comes first.
+  static constexpr std::uint32_t max_inline_depth = 256;
   std::uint32_t inline_depth = 0;
+  /// Lowest stack address a nested poll may start from (0: unknown, the
+  /// depth bound alone applies). Set by the worker thread at start.
+  std::uintptr_t inline_stack_limit = 0;
   /// Polls in the current tick, inline ones included (the budget counts both).
   std::uint32_t tick_polls = 0;
   std::uint32_t lifo_polls_in_a_row = 0;
