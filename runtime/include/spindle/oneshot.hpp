@@ -2,7 +2,7 @@
 //
 // Shape: `auto [tx, rx] = spindle::make_oneshot<T>();` gives a move-only
 // oneshot_sender<T> and a move-only oneshot_receiver<T> sharing one state
-// block (one allocation per oneshot). tx.send(v) stores the value and wakes
+// block (one allocation per oneshot, from the frame pools). tx.send(v) stores the value and wakes
 // the receiver; `T v = co_await rx;` waits for it. Each side is used once:
 // send() consumes the sender, receiving the value consumes the receiver.
 //
@@ -37,6 +37,7 @@
 #include <utility>
 
 #include "spindle/channel.hpp"
+#include "spindle/detail/frame_pool.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
 #include "spindle/errors.hpp"
@@ -292,8 +293,11 @@ class oneshot_receiver {
 /// Creates a connected oneshot sender/receiver pair.
 template <class T>
 [[nodiscard]] std::pair<oneshot_sender<T>, oneshot_receiver<T>> make_oneshot() {
-  auto state = std::make_shared<detail::oneshot_state<T>>();
-  return {oneshot_sender<T>{state}, oneshot_receiver<T>{state}};
+  // The state block comes from the frame pools (no malloc in steady state);
+  // the receiver takes the creating reference (one count update fewer).
+  auto state = std::allocate_shared<detail::oneshot_state<T>>(
+      detail::pool_allocator<detail::oneshot_state<T>>{});
+  return {oneshot_sender<T>{state}, oneshot_receiver<T>{std::move(state)}};
 }
 
 }  // namespace spindle

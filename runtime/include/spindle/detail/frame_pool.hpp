@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 namespace spindle::detail {
 
@@ -39,6 +40,38 @@ inline constexpr std::size_t task_frame_prefix = 80;
 /// spawned and its header is still referenced (then the header frees the
 /// block when its last reference goes).
 void task_frame_deallocate(void* frame, std::size_t bytes) noexcept;
+
+/// A standard allocator over the frame pools, for small runtime objects
+/// that come and go as fast as tasks (a oneshot's shared state, with
+/// std::allocate_shared). Types aligned beyond alignof(std::max_align_t) go
+/// to the aligned ::operator new. Stateless: every instance is equal.
+/// Throws std::bad_alloc as frame_allocate does.
+template <class T>
+struct pool_allocator {
+  using value_type = T;
+  pool_allocator() noexcept = default;
+  template <class U>
+  pool_allocator(pool_allocator<U> const& /*other*/) noexcept {}
+
+  [[nodiscard]] T* allocate(std::size_t n) {
+    if constexpr (alignof(T) > alignof(std::max_align_t)) {
+      return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+    } else {
+      return static_cast<T*>(frame_allocate(n * sizeof(T)));
+    }
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if constexpr (alignof(T) > alignof(std::max_align_t)) {
+      ::operator delete(p, std::align_val_t{alignof(T)});
+    } else {
+      frame_deallocate(p, n * sizeof(T));
+    }
+  }
+  template <class U>
+  bool operator==(pool_allocator<U> const& /*other*/) const noexcept {
+    return true;
+  }
+};
 
 /// Counters of the calling thread's pool (for tests and benchmarks).
 struct frame_pool_counters {
