@@ -26,10 +26,14 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     to_ring = std::exchange(w->lifo_slot, task);
     if (to_ring == nullptr) {
       // Wake-on-hoard (seed 000): a worker that keeps scheduling locally
-      // wakes a sibling now and then even when nothing reached its ring.
+      // wakes a sibling now and then, so that the work piling up in its ring
+      // gets stolen even if the wake for it was missed. Only when the ring
+      // holds work: the LIFO slot cannot be stolen, so in a chain of spawns
+      // (one task at a time) a woken sibling would find nothing, and the
+      // futex wake would cost the chain a system call every 32 links.
       if (++w->hoard >= worker::wake_on_hoard_threshold) {
         w->hoard = 0;
-        notify_parked();
+        if (!w->queue.is_empty()) notify_parked();
       }
       return;
     }
