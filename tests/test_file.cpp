@@ -692,7 +692,10 @@ task<std::size_t> read_blocks_concurrently(fs::path path) {
 TEST_P(FileTest, ThousandConcurrentReads) {
   fs::path const path = dir_ / "blocks";
   write_plain(path, pattern_bytes(block_size * block_count));
-  runtime rt{config()};
+  // Every read through the driver (the file is in the page cache).
+  runtime_config cfg = config();
+  cfg.try_cached_reads = false;
+  runtime rt{cfg};
   watchdog guard{std::chrono::seconds(60), "ThousandConcurrentReads"};
   EXPECT_EQ(rt.block_on(read_blocks_concurrently(path)), block_count);
   if (GetParam() == io_backend::uring) {
@@ -701,6 +704,106 @@ TEST_P(FileTest, ThousandConcurrentReads) {
       completions += w.io_completions;
     EXPECT_GE(completions, block_count);  // reaped by the workers' rings
   }
+}
+
+// With try_cached_reads (the default) the same reads of a file in the page
+// cache are copied in the tasks' polls: the data is the same, and the driver
+// sees almost none of them (a task's first read always has budget).
+TEST_P(FileTest, ThousandConcurrentCachedReadsSkipTheDriver) {
+  fs::path const path = dir_ / "blocks";
+  write_plain(path, pattern_bytes(block_size * block_count));
+  runtime rt{config()};
+  watchdog guard{std::chrono::seconds(60), "ThousandConcurrentCachedReadsSkipTheDriver"};
+  std::uint64_t before = 0;
+  for (auto const& w : rt.stats().workers)
+    before += w.io_completions;
+  EXPECT_EQ(rt.block_on(read_blocks_concurrently(path)), block_count);
+  std::uint64_t completions = 0;
+  for (auto const& w : rt.stats().workers)
+    completions += w.io_completions;
+  // The open and the close go through the driver; a read only if the file
+  // left the page cache meanwhile.
+  EXPECT_LT(completions - before, block_count / 10);
+}
+
+// A read whose start is in the page cache and whose end is not: the cached
+// part is copied at once, the rest read through the driver, and the count is
+// whole (as pread's on a regular file), not short.
+task<std::size_t> read_whole_span(fs::path path, std::vector<std::byte>* out) {
+  file f = co_await file::open(path);
+  std::size_t const n = co_await f.read_at(*out, 0);
+  co_await f.close();
+  co_return n;
+}
+
+TEST_P(FileTest, AReadHalfInThePageCacheIsWhole) {
+  constexpr std::size_t size = 1024 * 1024;
+  fs::path const path = dir_ / "half-cached";
+  std::vector<std::byte> const data = pattern_bytes(size);
+  write_plain(path, data);
+  runtime rt{config()};
+  for (int round = 0; round < 5; ++round) {
+    {
+      // Written back and dropped from the page cache, then only the first
+      // half read back in (where the kernel does it; elsewhere the read is
+      // simply cached).
+      int fd = ::open(path.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      ::fdatasync(fd);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);  // no readahead past the first half
+      std::vector<std::byte> warm(size / 2);
+      ASSERT_EQ(::pread(fd, warm.data(), size / 2, 0), static_cast<ssize_t>(size / 2));
+      ::close(fd);
+    }
+    std::vector<std::byte> got(size);
+    EXPECT_EQ(rt.block_on(read_whole_span(path, &got)), size);
+    EXPECT_TRUE(got == data);
+  }
+}
+
+// The coop budget: a task that reads a cached file in a loop (every read
+// could complete at once) still suspends every 65th read, so that another
+// task on the only worker gets to run and stop it.
+task<std::size_t> read_until(file* f, std::atomic<bool>* stop, std::atomic<bool>* started) {
+  std::vector<std::byte> buffer(block_size);
+  std::size_t reads = 0;
+  started->store(true);
+  while (!stop->load()) {
+    std::size_t const n = co_await f->read_at(buffer, (reads % block_count) * block_size);
+    if (n == 0) break;
+    ++reads;
+  }
+  co_return reads;
+}
+
+task<void> set_flag(std::atomic<bool>* flag) {
+  flag->store(true);
+  co_return;
+}
+
+task<std::size_t> cached_read_loop_and_stopper(fs::path path) {
+  file f = co_await file::open(path);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> started{false};
+  auto reader = spindle::spawn(read_until(&f, &stop, &started));
+  while (!started.load())
+    co_await spindle::yield_now{};
+  // Queued behind the reader on the one worker: it runs only if the reader
+  // suspends.
+  auto stopper = spindle::spawn(set_flag(&stop));
+  std::size_t const reads = co_await reader;
+  co_await stopper;
+  co_await f.close();
+  co_return reads;
+}
+
+TEST_P(FileTest, ALoopOfCachedReadsStillLetsOtherTasksRun) {
+  fs::path const path = dir_ / "blocks";
+  write_plain(path, pattern_bytes(block_size * block_count));
+  runtime rt{runtime_config{.workers = 1, .io = GetParam()}};
+  watchdog guard{std::chrono::seconds(60), "ALoopOfCachedReadsStillLetsOtherTasksRun"};
+  EXPECT_GT(rt.block_on(cached_read_loop_and_stopper(path)), 0u);
 }
 
 task<bool> write_block(file* f, std::size_t index) {

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,12 +58,16 @@ std::filesystem::file_type type_of(std::uint32_t mode) noexcept {
 
 }  // namespace
 
-file::file(file&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+file::file(file&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      no_nowait_reads_(other.no_nowait_reads_.exchange(false, std::memory_order_relaxed)) {}
 
 file& file::operator=(file&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    no_nowait_reads_.store(other.no_nowait_reads_.exchange(false, std::memory_order_relaxed),
+                           std::memory_order_relaxed);
   }
   return *this;
 }
@@ -76,6 +81,7 @@ file file::from_fd(int fd) noexcept {
 }
 
 int file::release() noexcept {
+  no_nowait_reads_.store(false, std::memory_order_relaxed);
   return std::exchange(fd_, -1);
 }
 
@@ -123,13 +129,37 @@ task<file> file::open_at(file const& dir, std::filesystem::path path, int flags,
 task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
   if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::read_at: file not open");
   if (buffer.empty()) co_return 0;
+  std::uint32_t const length = clamp_length(buffer.size());
+  std::uint32_t got = 0;  // bytes copied from the page cache
+  if (!no_nowait_reads_.load(std::memory_order_relaxed) &&
+      spindle::detail::take_sync_io_budget()) {
+    // Data in the page cache: copy it now, without the driver (see
+    // runtime_config::try_cached_reads). EAGAIN: it would block; anything
+    // else (a pipe's ESPIPE, EOPNOTSUPP where the file system has no
+    // RWF_NOWAIT, EBADF, EISDIR, ...) the driver reports or does the same
+    // way, and this file stops trying.
+    iovec iov{buffer.data(), length};
+    ssize_t const n = ::preadv2(fd_, &iov, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+    if (n == 0 || n == static_cast<ssize_t>(length)) co_return static_cast<std::size_t>(n);
+    if (n > 0) {
+      // Only the start was cached (readahead under way): the rest goes
+      // through the driver, so that a regular file still gives the whole
+      // count a pread would.
+      got = static_cast<std::uint32_t>(n);
+    } else if (errno != EAGAIN) {
+      no_nowait_reads_.store(true, std::memory_order_relaxed);
+    }
+  }
   int const r = co_await op_awaiter{io_op{.code = op_code::read,
                                           .fd = fd_,
-                                          .buffer = buffer.data(),
-                                          .length = clamp_length(buffer.size()),
-                                          .offset = offset}};
-  if (r < 0) throw_errno(-r, "spindle::io::file::read_at");
-  co_return static_cast<std::size_t>(r);
+                                          .buffer = buffer.data() + got,
+                                          .length = length - got,
+                                          .offset = offset + got}};
+  if (r < 0) {
+    if (got != 0) co_return got;  // what was read, as a short read (the error comes again next time)
+    throw_errno(-r, "spindle::io::file::read_at");
+  }
+  co_return static_cast<std::size_t>(got) + static_cast<std::size_t>(r);
 }
 
 task<std::size_t> file::write_at(std::span<const std::byte> buffer, std::uint64_t offset) {

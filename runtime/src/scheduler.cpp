@@ -15,6 +15,8 @@
 #include <mutex>
 #include <new>
 #include <system_error>
+#include <string_view>
+#include <cstdlib>
 
 namespace spindle::detail {
 
@@ -92,6 +94,11 @@ scheduler::scheduler(runtime_config const& config)
       blocking_(*this, config.max_blocking_threads, config.blocking_keep_alive) {
   config_.workers = resolve_workers(config.workers);
   config_.budget = core_.budget();
+  // SPINDLE_CACHED_READS=0 turns the cached-read path off (for comparing
+  // the I/O drivers themselves with an unchanged program).
+  if (char const* env = std::getenv("SPINDLE_CACHED_READS"); env != nullptr && std::string_view(env) == "0") {
+    config_.try_cached_reads = false;
+  }
   std::size_t n = config_.workers;
   driver_ = make_driver(*this, config_, n);
 
@@ -400,10 +407,13 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   }
   thread_context& ctx = this_thread_context();
   task_header* outer = ctx.current;  // the awaiting task when polled inline
+  std::uint32_t const outer_budget = ctx.sync_io_budget;
   ctx.current = task;
+  ctx.sync_io_budget = sync_io_per_poll;
   task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
   task->resume_point.resume();
   ctx.current = outer;
+  ctx.sync_io_budget = outer_budget;
   bool const yielded = std::exchange(ctx.yielded, false);
   if (w != nullptr) {
     w->counters.polled.add();

@@ -31,8 +31,13 @@ struct thread_context {
   /// The current task suspended in yield_now: its poll's end re-queues it
   /// (one state transition instead of a wake and then the poll's end).
   bool yielded = false;
+  /// Operations the current poll may still complete synchronously
+  /// (take_sync_io_budget); set at the start of each poll.
+  std::uint32_t sync_io_budget = 0;
 };
 thread_context& this_thread_context() noexcept;
+/// Synchronous completions allowed per poll of a task.
+inline constexpr std::uint32_t sync_io_per_poll = 64;
 
 /// A thread inside block_on: waits for its task and, while every worker is
 /// busy, runs queued tasks. `word`: 0 waiting, 1 its task completed,
@@ -61,6 +66,7 @@ class scheduler final : public core_platform {
   [[nodiscard]] std::size_t worker_count() const noexcept { return core_.worker_count(); }
   [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
   [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
+  [[nodiscard]] bool try_cached_reads() const noexcept { return config_.try_cached_reads; }
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
   void unpark(std::size_t index) noexcept;

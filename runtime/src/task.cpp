@@ -35,6 +35,15 @@ bool never_detached(void* /*arg*/) noexcept {
   this_thread_context().yielded = true;
 }
 
+bool take_sync_io_budget() noexcept {
+  thread_context& ctx = this_thread_context();
+  if (ctx.current == nullptr || ctx.sync_io_budget == 0 || !ctx.sched->try_cached_reads()) {
+    return false;
+  }
+  --ctx.sync_io_budget;
+  return true;
+}
+
 [[gnu::noinline]] task_header* current_task() noexcept {
   return this_thread_context().current;
 }

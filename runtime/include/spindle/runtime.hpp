@@ -99,6 +99,16 @@ struct runtime_config {
   /// How long a spawn_blocking pool thread waits for a job before it exits
   /// (ms, >= 0; negative throws std::system_error(std::errc::invalid_argument)).
   std::chrono::milliseconds blocking_keep_alive{10'000};
+  /// spindle::io::file::read_at first tries the read at once, without
+  /// blocking (preadv2 with RWF_NOWAIT): data in the page cache is then
+  /// copied in the awaiting task's poll, with no trip through the I/O driver
+  /// and no suspension. A read that would block (or a descriptor that does
+  /// not support it) goes to the driver as before. At most 64 reads are done
+  /// this way per poll of a task (a coop budget, as Tokio's): the next one
+  /// goes through the driver and suspends, so that a loop over cached reads
+  /// still lets other tasks, timers and I/O run. false (or the environment
+  /// variable SPINDLE_CACHED_READS=0): every read goes through the driver.
+  bool try_cached_reads = true;
 };
 
 namespace detail {

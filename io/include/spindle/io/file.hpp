@@ -47,6 +47,7 @@
 #include <fcntl.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -128,7 +129,10 @@ class file {
   [[nodiscard]] static file from_fd(int fd) noexcept;
 
   /// Reads up to buffer.size() bytes at byte `offset`; returns the number
-  /// read, 0 at end of file (or for an empty buffer). Throws
+  /// read, 0 at end of file (or for an empty buffer). Data in the page cache
+  /// is copied at once, without suspending (runtime_config::try_cached_reads;
+  /// at most 64 such reads per poll of the task), the rest goes through the
+  /// I/O driver. Throws
   /// std::system_error: EBADF (not open or not open for reading), EISDIR,
   /// EINVAL, EIO, ...
   task<std::size_t> read_at(std::span<std::byte> buffer, std::uint64_t offset);
@@ -158,6 +162,10 @@ class file {
  private:
   explicit file(int fd) noexcept : fd_(fd) {}
   int fd_ = -1;
+  /// A RWF_NOWAIT read failed with something other than EAGAIN (a pipe, a
+  /// file system without it): read_at goes straight to the driver.
+  /// Atomic: several tasks may read through one file at once.
+  std::atomic<bool> no_nowait_reads_{false};
 };
 
 /// Reads the whole file at `path`: openat, statx for a size hint, reads until

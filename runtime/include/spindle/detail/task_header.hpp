@@ -148,6 +148,13 @@ inline void set_cancel_hook(task_header* task, bool (*fn)(void*) noexcept, void*
 /// during the poll would, with one state transition fewer.
 void yield_current() noexcept;
 
+/// For I/O that can complete synchronously (io::file::read_at's cached
+/// reads): true, taking one unit of the current poll's budget, when the
+/// caller runs in a spindle task whose runtime allows it
+/// (runtime_config::try_cached_reads) and the poll has budget left; false
+/// otherwise (then use the I/O driver, which suspends the task).
+[[nodiscard]] bool take_sync_io_budget() noexcept;
+
 /// The task the calling thread is polling now, or nullptr.
 [[nodiscard]] task_header* current_task() noexcept;
 
