@@ -304,8 +304,6 @@ TEST(FramePool, SteadyStateSpawnAwaitDoesNotCallOperatorNew) {
   EXPECT_EQ(news, 0) << "operator new calls in " << measured << " spawn+await iterations";
 }
 
-
-
 // A spawned task's header lives in front of its frame, in the same block:
 // a spawn+await pair takes exactly one block from the pool (the child's frame
 // with its header), not two.

@@ -131,8 +131,7 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
   if (buffer.empty()) co_return 0;
   std::uint32_t const length = clamp_length(buffer.size());
   std::uint32_t got = 0;  // bytes copied from the page cache
-  if (!no_nowait_reads_.load(std::memory_order_relaxed) &&
-      spindle::detail::take_sync_io_budget()) {
+  if (!no_nowait_reads_.load(std::memory_order_relaxed) && spindle::detail::take_sync_io_budget()) {
     // Data in the page cache: copy it now, without the driver (see
     // runtime_config::try_cached_reads). EAGAIN: it would block; anything
     // else (a pipe's ESPIPE, EOPNOTSUPP where the file system has no
@@ -156,7 +155,8 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
                                           .length = length - got,
                                           .offset = offset + got}};
   if (r < 0) {
-    if (got != 0) co_return got;  // what was read, as a short read (the error comes again next time)
+    if (got != 0)
+      co_return got;  // what was read, as a short read (the error comes again next time)
     throw_errno(-r, "spindle::io::file::read_at");
   }
   co_return static_cast<std::size_t>(got) + static_cast<std::size_t>(r);

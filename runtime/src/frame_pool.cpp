@@ -73,7 +73,8 @@ static_assert(class_of(max_pooled + 1) == class_count);
 // The fast paths, inlined into both the plain and the task-frame entry points.
 [[gnu::always_inline]] inline void* pool_allocate(std::size_t bytes) {
   std::size_t cls = class_of(bytes);
-  if (cls >= class_count) [[unlikely]] return ::operator new(bytes);
+  if (cls >= class_count) [[unlikely]]
+    return ::operator new(bytes);
   thread_pool& pool = local_pool();
   // A destroyed pool has empty lists: no check needed before the pop.
   if (free_block* block = pool.heads[cls]) [[likely]] {

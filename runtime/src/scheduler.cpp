@@ -8,15 +8,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <latch>
 #include <mutex>
 #include <new>
-#include <system_error>
 #include <string_view>
-#include <cstdlib>
+#include <system_error>
 
 namespace spindle::detail {
 
@@ -96,9 +97,11 @@ scheduler::scheduler(runtime_config const& config)
   config_.budget = core_.budget();
   // SPINDLE_CACHED_READS=0 turns the cached-read path off (for comparing
   // the I/O drivers themselves with an unchanged program).
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS"); env != nullptr && std::string_view(env) == "0") {
+  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
+      env != nullptr && std::string_view(env) == "0") {
     config_.try_cached_reads = false;
   }
+  sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll : 0;
   std::size_t n = config_.workers;
   driver_ = make_driver(*this, config_, n);
 
@@ -170,10 +173,7 @@ scheduler::~scheduler() {
   ctx = thread_context{this, nullptr, nullptr};
   bool terminated = false;
   while (task_header* task = owned_.pop_any(terminated)) {
-    if (auto root = task->frame()) {
-      task->cancelled_before_finish = true;
-      root.destroy();
-    }
+    destroy_frame(task);
     // Completed without notifying its join waiter: clearing JOIN_WAKER tells
     // a waiter that polls the state (detail::child_set::close) that no
     // notify will come.
@@ -223,8 +223,11 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   // The header is already there, in front of the frame (task_frame_allocate).
   task_header* task = task_header::of_frame(root.address());
   task->resume_point = root;
-  task->promise_offset =
-      static_cast<std::uint8_t>(reinterpret_cast<char*>(promise) - task->frame_address());
+  // The promise follows the frame's resume and destroy pointers (16 bytes,
+  // or its alignment): far below 256.
+  std::ptrdiff_t const promise_offset = reinterpret_cast<char*>(promise) - task->frame_address();
+  assert(promise_offset >= 0 && promise_offset < 256);
+  task->promise_offset = static_cast<std::uint8_t>(promise_offset);
   task->sched = this;
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
@@ -409,7 +412,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   task_header* outer = ctx.current;  // the awaiting task when polled inline
   std::uint32_t const outer_budget = ctx.sync_io_budget;
   ctx.current = task;
-  ctx.sync_io_budget = sync_io_per_poll;
+  ctx.sync_io_budget = sync_io_per_poll_;
   task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
   task->resume_point.resume();
   ctx.current = outer;

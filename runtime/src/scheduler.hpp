@@ -32,7 +32,8 @@ struct thread_context {
   /// (one state transition instead of a wake and then the poll's end).
   bool yielded = false;
   /// Operations the current poll may still complete synchronously
-  /// (take_sync_io_budget); set at the start of each poll.
+  /// (take_sync_io_budget); set at the start of each poll (0 outside a poll,
+  /// or when the runtime's try_cached_reads is off).
   std::uint32_t sync_io_budget = 0;
 };
 thread_context& this_thread_context() noexcept;
@@ -66,7 +67,6 @@ class scheduler final : public core_platform {
   [[nodiscard]] std::size_t worker_count() const noexcept { return core_.worker_count(); }
   [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
   [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
-  [[nodiscard]] bool try_cached_reads() const noexcept { return config_.try_cached_reads; }
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
   void unpark(std::size_t index) noexcept;
@@ -131,6 +131,9 @@ class scheduler final : public core_platform {
   owned_tasks owned_;
   std::unique_ptr<driver> driver_;
   std::atomic<bool> shutdown_{false};
+  // Each poll's sync_io_budget: sync_io_per_poll, or 0 when
+  // runtime_config::try_cached_reads is off.
+  std::uint32_t sync_io_per_poll_ = 0;
   std::atomic<std::uint64_t> remote_spawned_{0};
   std::atomic<std::uint64_t> detached_exceptions_{0};
   std::atomic<std::uint64_t> terminations_{0};

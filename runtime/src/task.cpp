@@ -37,9 +37,7 @@ bool never_detached(void* /*arg*/) noexcept {
 
 bool take_sync_io_budget() noexcept {
   thread_context& ctx = this_thread_context();
-  if (ctx.current == nullptr || ctx.sync_io_budget == 0 || !ctx.sched->try_cached_reads()) {
-    return false;
-  }
+  if (ctx.sync_io_budget == 0) return false;
   --ctx.sync_io_budget;
   return true;
 }
@@ -126,7 +124,8 @@ void join_detach(task_header* task) noexcept {
   while (!task->state.compare_exchange_weak(s, s & ~(sb::join_interest | sb::join_waker),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
   }
-  if ((s & sb::complete) != 0 && !task->cancelled_before_finish && task->root_promise()->has_exception()) {
+  if ((s & sb::complete) != 0 && !task->cancelled_before_finish &&
+      task->root_promise()->has_exception()) {
     // Completed, but nobody took the exception: do not lose it silently.
     try {
       std::rethrow_exception(task->root_promise()->exception());

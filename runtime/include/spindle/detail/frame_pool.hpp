@@ -1,11 +1,10 @@
 // Per-thread recycling pools for coroutine frames and task headers.
 //
-// Shape: size classes of 8 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in practice
-// each worker) keeps a free list per class, at most 16 MiB of free blocks in
-// all, so steady-state spawn/await does not call malloc. A block may
-// be freed on another thread than the one that allocated it: it then joins the
-// freeing thread's list (the pools are caches, not owners). Larger requests go
-// to ::operator new.
+// Shape: size classes of 8 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in
+// practice each worker) keeps a free list per class, at most 16 MiB of free blocks in all, so
+// steady-state spawn/await does not call malloc. A block may be freed on another thread than the
+// one that allocated it: it then joins the freeing thread's list (the pools are caches, not
+// owners). Larger requests go to ::operator new.
 //
 // Thread-safety: each function touches only the calling thread's lists.
 // Design source: seed 002 (Volt) and DESIGN.md "Coroutine frames are allocated
@@ -55,14 +54,14 @@ struct pool_allocator {
 
   [[nodiscard]] T* allocate(std::size_t n) {
     if constexpr (alignof(T) > alignof(std::max_align_t)) {
-      return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+      return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
     } else {
       return static_cast<T*>(frame_allocate(n * sizeof(T)));
     }
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if constexpr (alignof(T) > alignof(std::max_align_t)) {
-      ::operator delete(p, std::align_val_t{alignof(T)});
+      ::operator delete (p, std::align_val_t{alignof(T)});
     } else {
       frame_deallocate(p, n * sizeof(T));
     }
