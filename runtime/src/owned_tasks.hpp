@@ -1,28 +1,31 @@
-// The live spawned tasks: the lists that let shutdown destroy the frames of
-// tasks that are suspended and referenced by nobody else, and the runtime's
-// lifecycle (accepting spawns or closed, how many tasks are in flight, and
-// the single observation of termination).
+// The spawned tasks that only shutdown can reach, and the runtime's spawn
+// gate (accepting spawns, or closed).
 //
-// Shape: one intrusive doubly-linked list per worker plus one for spawns
-// from other threads, each behind a small spinlock, with its own count of
-// tasks and its own closed flag. A task is inserted by the worker that
-// spawns it and usually removed by the same worker when it completes, so the
-// lock is uncontended and its cache line stays on that worker: a spawn and a
-// completion each cost one uncontended RMW here, and no cache line is shared
-// by all workers on the spawn path.
+// Shape: one intrusive doubly-linked list per worker plus one for other
+// threads, each behind a small spinlock with its own count and closed flag,
+// and one closed flag for the whole runtime that a worker's spawn reads
+// without a lock.
 //
-// Lifecycle protocol (seed 000's combined accepting bit + count, sharded):
-//  - insert refuses a task once its shard is closed: a spawn racing
-//    shutdown is either refused or counted, never lost.
-//  - close() takes every shard's lock (in index order), marks each closed and
-//    counts the shards that still hold tasks into `pending_` before any lock
-//    is released; each shard that later drops to zero tasks decrements it.
-//    Whoever brings `pending_` to zero, or close() finding it zero, observes
-//    termination: exactly once.
+// Which tasks are listed: every task spawned from outside the workers (at
+// its spawn, under the lock, refused once closed), and every task spawned
+// on a worker from the first time it is suspended with nobody queueing it
+// (scheduler::poll_held lists it before it lets go of RUNNING; link() never
+// refuses). A task spawned on a worker that is queued or running is reached
+// through the queue that holds it or the worker that polls it, so a spawn
+// that completes without suspending (the common case: spawn, then await it
+// while it runs inline) touches no list and no lock. At shutdown the workers
+// stop first; then the scheduler links the queued tasks that are not listed
+// (drain_queues) and destroys everything listed (pop_any).
 //
-// Thread-safety: all members, any thread.
+// A worker's spawn that reads the gate open just before close() is queued
+// and then polled before the workers stop, or destroyed with the queues:
+// the same as a spawn that came just before close().
+//
+// Thread-safety: all members, any thread. The lists' links in a header are
+// written under the shard's lock; `listed` by whoever holds the task (its
+// RUNNING bit, or the shutting-down thread once the workers are stopped).
 // Design source: Tokio's OwnedTasks (sharded lists, closed under the shard
-// lock), seed 000 (ACCEPTING_BIT / COUNT_UNIT lifecycle word).
+// lock), seed 000 (the accepting gate).
 #pragma once
 
 #include <atomic>
@@ -40,27 +43,32 @@ class owned_tasks {
  public:
   explicit owned_tasks(std::size_t shards) : count_(shards), shards_(new shard[shards]) {}
 
-  /// Links a new task into shard `shard_index` and counts it. Returns false
-  /// (and links nothing) once the runtime is closed.
+  /// Links a new task into shard `shard_index`. Returns false (and links
+  /// nothing) once the runtime is closed: a spawn racing close() is refused
+  /// or listed, never lost.
   [[nodiscard]] bool insert(task_header* task, std::size_t shard_index) noexcept {
     shard& s = shards_[shard_index];
-    task->owned_list = static_cast<std::uint16_t>(shard_index);
-    task->owned_prev = nullptr;
     s.lock();
     if (s.closed) {
       s.unlock();
       return false;
     }
-    task->owned_next = s.head;
-    if (s.head != nullptr) s.head->owned_prev = task;
-    s.head = task;
-    ++s.tasks;
+    link_locked(s, task, shard_index);
     s.unlock();
     return true;
   }
 
-  /// Unlinks a completed task. Returns true when this observed termination.
-  [[nodiscard]] bool remove(task_header* task) noexcept {
+  /// Links a task that exists already (spawned on a worker, now suspended,
+  /// or found in a queue at shutdown). Never refuses.
+  void link(task_header* task, std::size_t shard_index) noexcept {
+    shard& s = shards_[shard_index];
+    s.lock();
+    link_locked(s, task, shard_index);
+    s.unlock();
+  }
+
+  /// Unlinks a listed task (completed, or destroyed at shutdown).
+  void remove(task_header* task) noexcept {
     shard& s = shards_[task->owned_list];
     s.lock();
     if (task->owned_prev != nullptr) {
@@ -69,28 +77,25 @@ class owned_tasks {
       s.head = task->owned_next;
     }
     if (task->owned_next != nullptr) task->owned_next->owned_prev = task->owned_prev;
-    bool emptied_after_close = --s.tasks == 0 && s.closed;
+    --s.tasks;
     s.unlock();
     task->owned_prev = task->owned_next = nullptr;
-    return emptied_after_close && pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    task->listed = false;
   }
 
-  /// Stops accepting. Returns true when this observed termination (no task
-  /// was in flight).
-  [[nodiscard]] bool close() noexcept {
+  /// Stops accepting: insert() refuses from now on, and closed() is true.
+  void close() noexcept {
     for (std::size_t i = 0; i < count_; ++i)
       shards_[i].lock();
-    bool already = shards_[0].closed;
-    std::uint64_t nonempty = 0;
-    for (std::size_t i = 0; i < count_; ++i) {
+    for (std::size_t i = 0; i < count_; ++i)
       shards_[i].closed = true;
-      if (shards_[i].tasks != 0) ++nonempty;
-    }
-    if (!already) pending_.store(nonempty, std::memory_order_release);
+    closed_.store(true, std::memory_order_release);
     for (std::size_t i = count_; i-- > 0;)
       shards_[i].unlock();
-    return !already && nonempty == 0;
   }
+
+  /// The gate as a worker's spawn reads it: one load, no lock.
+  [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
   [[nodiscard]] bool is_accepting() const noexcept {
     shard& s = shards_[0];
@@ -100,9 +105,8 @@ class owned_tasks {
     return open;
   }
 
-  /// Tasks spawned and not yet completed (a sum over the shards, each read
-  /// under its lock).
-  [[nodiscard]] std::uint64_t in_flight() const noexcept {
+  /// Listed tasks (a sum over the shards, each read under its lock).
+  [[nodiscard]] std::uint64_t listed() const noexcept {
     std::uint64_t n = 0;
     for (std::size_t i = 0; i < count_; ++i) {
       shard& s = shards_[i];
@@ -113,26 +117,22 @@ class owned_tasks {
     return n;
   }
 
-  /// Removes and returns one task of any list, or nullptr when all are empty
-  /// (shutdown). Sets `terminated` when this removal observed termination.
-  task_header* pop_any(bool& terminated) noexcept {
-    terminated = false;
+  /// Removes and returns one listed task, or nullptr when all lists are
+  /// empty (shutdown).
+  task_header* pop_any() noexcept {
     for (std::size_t i = 0; i < count_; ++i) {
       shard& s = shards_[i];
       s.lock();
       task_header* task = s.head;
-      bool emptied_after_close = false;
       if (task != nullptr) {
         s.head = task->owned_next;
         if (s.head != nullptr) s.head->owned_prev = nullptr;
         task->owned_prev = task->owned_next = nullptr;
-        emptied_after_close = --s.tasks == 0 && s.closed;
+        task->listed = false;
+        --s.tasks;
       }
       s.unlock();
-      if (task != nullptr) {
-        terminated = emptied_after_close && pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
-        return task;
-      }
+      if (task != nullptr) return task;
     }
     return nullptr;
   }
@@ -151,9 +151,20 @@ class owned_tasks {
     }
     void unlock() noexcept { locked.store(false, std::memory_order_release); }
   };
+  static void link_locked(shard& s, task_header* task, std::size_t shard_index) noexcept {
+    task->owned_list = static_cast<std::uint16_t>(shard_index);
+    task->owned_prev = nullptr;
+    task->owned_next = s.head;
+    if (s.head != nullptr) s.head->owned_prev = task;
+    s.head = task;
+    task->listed = true;
+    ++s.tasks;
+  }
   std::size_t count_;
   std::unique_ptr<shard[]> shards_;
-  std::atomic<std::uint64_t> pending_{0};  // closed shards still holding tasks
+  // Read by every spawn on a worker, written once: a line of its own, so
+  // that no hot neighbour makes those reads miss.
+  alignas(64) std::atomic<bool> closed_{false};
 };
 
 }  // namespace spindle::detail

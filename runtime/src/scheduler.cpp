@@ -154,7 +154,7 @@ scheduler::~scheduler() {
   // the running ones are waited for while the workers still run the tasks
   // they may wait for. Tasks suspended on them are destroyed below.
   blocking_.stop();
-  if (owned_.close()) observe_termination();
+  owned_.close();
   blocking_.shutdown();
   shutdown_.store(true, std::memory_order_seq_cst);
   for (auto& w : core_.workers)
@@ -165,14 +165,13 @@ scheduler::~scheduler() {
   // Every worker cancelled and reaped its I/O; the driver now waits for any
   // operation still running elsewhere (thread pool) before frames go away.
   driver_->shutdown();
-  drain_stale_entries();
+  drain_queues();
   // Frames are destroyed in this runtime's context, so that a destructor that
   // spawns is refused (the gate is closed) instead of finding no runtime.
   thread_context& ctx = this_thread_context();
   thread_context saved = ctx;
   ctx = thread_context{this, nullptr, nullptr};
-  bool terminated = false;
-  while (task_header* task = owned_.pop_any(terminated)) {
+  while (task_header* task = owned_.pop_any()) {
     destroy_frame(task);
     // Completed without notifying its join waiter: clearing JOIN_WAKER tells
     // a waiter that polls the state (detail::child_set::close) that no
@@ -184,20 +183,24 @@ scheduler::~scheduler() {
             sb::cancelled,
         std::memory_order_acq_rel)) {
     }
-    if (terminated) observe_termination();
     drop_reference(task);
   }
   ctx = saved;
 }
 
-void scheduler::drain_stale_entries() noexcept {
+void scheduler::drain_queues() noexcept {
   // The workers have stopped: empty every queue. A task that was claimed by
   // poll_inline has one stale entry holding a reference, which nobody pops
-  // any more; a completed task's header would leak with it. Live entries
-  // need nothing: their tasks are in the owned lists, destroyed next.
-  auto consume = [](task_header* task) {
+  // any more; a completed task's header would leak with it. A live entry's
+  // task is linked into an owned list if it is not listed yet (spawned on a
+  // worker and never suspended), so that the caller destroys it with the rest.
+  std::size_t const shard = core_.workers.size();
+  auto consume = [this, shard](task_header* task) {
     std::uint64_t s = task->state.load(std::memory_order_acquire);
-    if ((s & sb::claimed) == 0) return;
+    if ((s & sb::claimed) == 0) {
+      if (!task->listed) owned_.link(task, shard);
+      return;
+    }
     task->state.fetch_and(~sb::claimed, std::memory_order_acq_rel);
     drop_reference(task);
   };
@@ -210,10 +213,6 @@ void scheduler::drain_stale_entries() noexcept {
   }
   while (task_header* t = core_.inject.pop())
     consume(t);
-}
-
-void scheduler::observe_termination() noexcept {
-  terminations_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 // ---------------------------------------------------------------------------
@@ -232,7 +231,10 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
 
-  if (!owned_.insert(task, w != nullptr ? w->index : core_.workers.size())) {
+  // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
+  // through its queue until it first suspends); a spawn from elsewhere is
+  // listed at once, under the gate's lock.
+  if (w != nullptr ? owned_.closed() : !owned_.insert(task, core_.workers.size())) {
     // Refused atomically: the caller gets a handle to a cancelled task. The
     // state goes first: it makes the block the header's, so destroying the
     // frame leaves the block to the handle.
@@ -247,7 +249,7 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     w->counters.spawned.add();
     core_.schedule_local(w, task, false);
   } else {
-    remote_spawned_.fetch_add(1, std::memory_order_relaxed);
+    remote_spawned_.fetch_add(1, std::memory_order_release);
     core_.push_remote(task);
   }
   return task;
@@ -434,12 +436,20 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
     bool const notified = (s & sb::notified) != 0 || yielded;
     if ((s & sb::cancelled) != 0 && !notified) {
       // Aborted while it ran and now suspended: we still hold RUNNING.
+      // cancel_owned may leave it suspended for a pending wake: list it.
+      if (!task->listed) list_task(task, w);
       cancel_owned(task, w);
       return;
     }
     next = s & ~sb::running;
     push = false;
-    if (notified) next = sb::mark_scheduled(next & ~sb::notified, push);
+    if (notified) {
+      next = sb::mark_scheduled(next & ~sb::notified, push);
+    } else if (!task->listed) {
+      // About to be suspended with no queue holding it: from here on only
+      // its waker and the owned list reach it (owned_tasks.hpp).
+      list_task(task, w);
+    }
   } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
   if (push) {
@@ -450,6 +460,10 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
       core_.push_remote(task);
     }
   }
+}
+
+void scheduler::list_task(task_header* task, worker* w) noexcept {
+  owned_.link(task, w != nullptr ? w->index : core_.workers.size());
 }
 
 void scheduler::cancel_task(task_header* task, worker* w) noexcept {
@@ -573,22 +587,36 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
   if (push) schedule(task);
 }
 
-void scheduler::complete(task_header* task, worker* /*w*/) noexcept {
-  std::uint64_t prev = task->state.load(std::memory_order_acquire);
-  while (!task->state.compare_exchange_weak(
-      prev, (prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete,
-      std::memory_order_acq_rel, std::memory_order_acquire)) {
+void scheduler::complete(task_header* task, worker* w) noexcept {
+  // The caller holds the task (RUNNING): unlink it while nobody else can.
+  if (task->listed) owned_.remove(task);
+  // The task stops counting as alive before its joiner can run (a block_on
+  // that returns sees it gone).
+  if (w != nullptr) {
+    w->counters.completed.add();
+  } else {
+    remote_completed_.fetch_add(1, std::memory_order_release);
   }
-  // The task stops counting as alive after its detached exception is
-  // reported, and before its joiner runs (a block_on that returns sees it gone).
+  std::uint64_t prev = task->state.load(std::memory_order_acquire);
+  std::uint64_t next;
+  bool dropped;
+  do {
+    next = (prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete;
+    // A join handle that holds a reference and has no waiter registered
+    // (the awaiting task ran this one inline, or will look later): drop the
+    // scheduler's reference in the same transition. The handle's reference
+    // keeps the block, and nothing here touches the task afterwards.
+    dropped = (prev & (sb::join_interest | sb::join_waker)) == sb::join_interest;
+    if (dropped) next -= sb::ref_one;
+  } while (!task->state.compare_exchange_weak(prev, next, std::memory_order_acq_rel,
+                                              std::memory_order_acquire));
+  if (dropped) return;
   if ((prev & sb::join_interest) == 0) {
     if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
       report_detached_exception(task);
     }
-    if (owned_.remove(task)) observe_termination();
-  } else {
-    if (owned_.remove(task)) observe_termination();
-    if ((prev & sb::join_waker) != 0) task->waiter->notify(task->waiter);
+  } else if ((prev & sb::join_waker) != 0) {
+    task->waiter->notify(task->waiter);
   }
   drop_reference(task);
 }
@@ -734,7 +762,15 @@ runtime_stats scheduler::stats() const {
   }
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
-  out.tasks_alive = owned_.in_flight();
+  // Completions first (acquire): a completion seen implies its spawn seen,
+  // so the difference never goes below the truth.
+  std::uint64_t completed = remote_completed_.load(std::memory_order_acquire);
+  for (auto const& w : core_.workers)
+    completed += w->counters.completed.get();
+  std::uint64_t spawned = remote_spawned_.load(std::memory_order_acquire);
+  for (auto const& w : core_.workers)
+    spawned += w->counters.spawned.get();
+  out.tasks_alive = spawned > completed ? spawned - completed : 0;
   blocking_pool_stats const b = blocking_.stats();
   out.blocking_threads = b.threads;
   out.blocking_idle_threads = b.idle;

@@ -73,10 +73,6 @@ class scheduler final : public core_platform {
   void count_io(std::size_t index, std::size_t n) noexcept {
     core_.workers[index]->counters.io_completions.add(n);
   }
-  /// Times termination was observed (tests: exactly once after shutdown).
-  [[nodiscard]] std::uint64_t terminations_observed() const noexcept {
-    return terminations_.load(std::memory_order_acquire);
-  }
 
   // Task transitions (task.cpp uses these).
   void complete(task_header* task, worker* w) noexcept;
@@ -114,14 +110,18 @@ class scheduler final : public core_platform {
   void run_task(worker* w, task_header* task) noexcept;
   /// Polls a task whose RUNNING bit the caller set (state `s` then).
   void poll_held(worker* w, task_header* task, std::uint64_t s) noexcept;
-  /// Drops the references of stale (CLAIMED) queue entries left at shutdown.
-  void drain_stale_entries() noexcept;
+  /// At shutdown, after the workers stopped: empties the queues, dropping
+  /// the references of stale (CLAIMED) entries and listing the live entries'
+  /// tasks that are not listed yet.
+  void drain_queues() noexcept;
   void cancel_task(task_header* task, worker* w) noexcept;
   /// Destroys the root frame if it is still there. The caller holds RUNNING.
   static void destroy_frame(task_header* task) noexcept;
   void cancel_owned(task_header* task, worker* w) noexcept;
   void park_worker(worker* w) noexcept;
-  void observe_termination() noexcept;
+  /// Lists a task that is about to be suspended with nobody queueing it
+  /// (owned_tasks.hpp), in `w`'s list or the other threads' one.
+  void list_task(task_header* task, worker* w) noexcept;
 
   runtime_config config_;
   /// Tick 0 of every timer wheel (ticks are whole ms after it).
@@ -134,9 +134,13 @@ class scheduler final : public core_platform {
   // Each poll's sync_io_budget: sync_io_per_poll, or 0 when
   // runtime_config::try_cached_reads is off.
   std::uint32_t sync_io_per_poll_ = 0;
-  std::atomic<std::uint64_t> remote_spawned_{0};
+  // Written by spawns and completions off the workers: a line apart from
+  // shutdown_ and the driver pointer, which every worker reads per poll.
+  alignas(64) std::atomic<std::uint64_t> remote_spawned_{0};
+  // Completions off the workers (block_on threads, abort_here); the workers
+  // count theirs in worker_counters::completed.
+  std::atomic<std::uint64_t> remote_completed_{0};
   std::atomic<std::uint64_t> detached_exceptions_{0};
-  std::atomic<std::uint64_t> terminations_{0};
   // block_on threads asleep while their task may still need help.
   std::atomic<std::uint32_t> block_on_sleepers_{0};
   std::mutex block_on_mutex_;

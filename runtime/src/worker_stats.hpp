@@ -1,5 +1,5 @@
 // Per-worker counters: written only by the owning worker (load + store, no
-// read-modify-write), read relaxed by runtime::stats() from any thread.
+// read-modify-write), read by runtime::stats() from any thread.
 // Design source: Volt's per-worker stats (seed 002), Tokio's WorkerMetrics.
 #pragma once
 
@@ -12,14 +12,16 @@ namespace spindle::detail {
 
 struct counter {
   std::atomic<std::uint64_t> value{0};
+  // Release and acquire (plain moves on x86): a reader that sees a
+  // completion counted sees the spawn that preceded it (tasks_alive).
   void add(std::uint64_t n = 1) noexcept {
-    value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_release);
   }
-  [[nodiscard]] std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t get() const noexcept { return value.load(std::memory_order_acquire); }
 };
 
 struct worker_counters {
-  counter spawned, polled, stolen, steal_operations, parked, lifo_hits, global_batch_fetches,
+  counter spawned, completed, polled, stolen, steal_operations, parked, lifo_hits, global_batch_fetches,
       overflows, io_completions, timers_fired, inline_polls;
   std::atomic<std::uint32_t> global_check_interval{0};
 

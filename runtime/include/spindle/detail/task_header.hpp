@@ -92,7 +92,7 @@ struct alignas(16) task_header {
   std::coroutine_handle<> resume_point{};  ///< what the next poll resumes
   join_waiter* waiter = nullptr;           ///< published by JOIN_WAKER
   scheduler* sched = nullptr;              ///< the runtime the task belongs to
-  task_header* owned_prev = nullptr;       ///< owned-task list links (shutdown)
+  task_header* owned_prev = nullptr;       ///< owned-task list links (shutdown; see `listed`)
   task_header* owned_next = nullptr;
   /// How to detach the current suspension from its waker when the task is
   /// aborted (see set_cancel_hook). nullptr: suspended in an awaitable that
@@ -102,7 +102,10 @@ struct alignas(16) task_header {
   std::uint32_t block_bytes = 0;         ///< the whole block (header + frame), bytes
   std::uint16_t owned_list = 0;          ///< which owned-task list holds it
   std::uint8_t promise_offset = 0;       ///< the root's promise_base, bytes after the frame
-  bool cancelled_before_finish = false;  ///< the frame was destroyed, not finished
+  bool cancelled_before_finish : 1 = false;  ///< the frame was destroyed, not finished
+  /// In an owned-task list (owned_tasks.hpp): spawned from outside the
+  /// workers, or suspended at least once. Written by whoever holds the task.
+  bool listed : 1 = false;
 
   /// The root frame (null once destroyed: cancelled_before_finish).
   [[nodiscard]] std::coroutine_handle<> frame() const noexcept {
