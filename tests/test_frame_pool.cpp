@@ -199,38 +199,89 @@ TEST(FramePool, BlocksFreedOnAnotherThreadJoinThatThreadsPool) {
   });
 }
 
-TEST(FramePool, AThreadCachesAtMost16MiBInAllClasses) {
+TEST(FramePool, AListPastItsHighWaterSpillsToTheDepotAndAnEmptyOneRefillsFromIt) {
+  // Blocks allocated on one thread and freed on another (a task spawned on
+  // one worker and completed on another): the freeing thread keeps 128 per
+  // class and hands the rest to the depot in chains of 64; a thread with an
+  // empty list takes chains from there instead of calling operator new.
+  spindle::detail::frame_pool_release_depot();
+  constexpr std::size_t size = 2000;  // a class no task frame of these tests uses
+  constexpr std::size_t kept = 128;
+  constexpr std::size_t chains = 10;
+  constexpr std::size_t n = kept + 64 * chains;
+  std::vector<void*> blocks(n);
+  on_fresh_thread([&] {
+    for (auto& b : blocks)
+      b = frame_allocate(size);
+  });
+  on_fresh_thread([&] {
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    counting_scope scope;
+    for (void* b : blocks)
+      frame_deallocate(b, size);
+    EXPECT_EQ(frame_pool_thread_counters().depot_spills - c0.depot_spills, chains);
+    EXPECT_EQ(scope.deletes(), 0) << "blocks went to the system, not the depot";
+    EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), chains * 64 * 2048);
+  });  // this thread's 128 blocks go to the system with it
+  on_fresh_thread([&] {
+    frame_pool_counters c0 = frame_pool_thread_counters();
+    std::vector<void*> again;
+    again.reserve(n);  // no operator new while counting
+    counting_scope scope;
+    for (std::size_t i = 0; i < 64 * chains; ++i)
+      again.push_back(frame_allocate(size));
+    frame_pool_counters c1 = frame_pool_thread_counters();
+    EXPECT_EQ(c1.depot_refills - c0.depot_refills, chains);
+    EXPECT_EQ(c1.pool_misses, c0.pool_misses);
+    if (counting_available) {
+      EXPECT_EQ(scope.news(), 0) << "an empty list called operator new with chains in the depot";
+    }
+    t_counting = false;
+    EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
+    std::set<void*> const all(blocks.begin(), blocks.end());
+    for (void* b : again)
+      EXPECT_EQ(all.count(b), 1u) << "a block that was not in the depot";
+    for (void* b : again)
+      frame_deallocate(b, size);
+  });
+  spindle::detail::frame_pool_release_depot();
+  EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
+}
+
+TEST(FramePool, TheDepotIsBounded) {
+  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
+  spindle::detail::frame_pool_release_depot();
+  std::size_t const capacity = spindle::detail::frame_pool_depot_capacity();
+  constexpr std::size_t size = 4096;
+  constexpr std::size_t chain_bytes = 64 * size;
+  std::size_t const room_chains = capacity / chain_bytes;
+  std::size_t const n = 128 + 64 * (room_chains + 8);  // 8 chains more than fit
+  std::vector<void*> blocks(n);
+  on_fresh_thread([&] {
+    for (auto& b : blocks)
+      b = frame_allocate(size);
+  });
+  on_fresh_thread([&] {
+    counting_scope scope;
+    for (void* b : blocks)
+      frame_deallocate(b, size);
+    EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), room_chains * chain_bytes);
+    EXPECT_EQ(scope.deletes(), 8 * 64) << "the chains beyond the capacity go to the system";
+  });
+  spindle::detail::frame_pool_release_depot();
+  EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
+}
+
+TEST(FramePool, BlocksTooSmallToChainStopAtTheHighWater) {
   if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
   on_fresh_thread([] {
-    constexpr std::size_t cap_blocks = 16 * 1024 * 1024 / 4096;  // 4096 blocks of 4 KiB
-    constexpr std::size_t n = cap_blocks + 100;
-    std::vector<void*> blocks(n);
+    std::vector<void*> blocks(200);
     for (auto& b : blocks)
-      b = frame_allocate(4096);
-    void* small = frame_allocate(64);
-    {
-      counting_scope scope;
-      for (void* b : blocks)
-        frame_deallocate(b, 4096);
-      EXPECT_EQ(scope.deletes(), 100) << "blocks beyond 16 MiB must go back to the system";
-      // The cap is over all classes: a full cache rejects a small block too.
-      frame_deallocate(small, 64);
-      EXPECT_EQ(scope.deletes(), 101);
-    }
-    frame_pool_counters c0 = frame_pool_thread_counters();
-    for (auto& b : blocks)
-      b = frame_allocate(4096);
-    frame_pool_counters c1 = frame_pool_thread_counters();
-    EXPECT_EQ(c1.pool_hits - c0.pool_hits, cap_blocks);
-    EXPECT_EQ(c1.pool_misses - c0.pool_misses, 100u);
-    // Taking blocks out made room again.
-    frame_deallocate(blocks.back(), 4096);
-    blocks.pop_back();
-    void* again = frame_allocate(4096);
-    EXPECT_EQ(frame_pool_thread_counters().pool_hits, c1.pool_hits + 1);
-    blocks.push_back(again);
+      b = frame_allocate(8);
+    counting_scope scope;
     for (void* b : blocks)
-      frame_deallocate(b, 4096);
+      frame_deallocate(b, 8);
+    EXPECT_EQ(scope.deletes(), 200 - 128);
   });
 }
 

@@ -162,8 +162,7 @@ class simulation {
     // The owned lists and the gate, as the scheduler has them: a spawn from
     // another thread is listed at once (refused atomically after close); a
     // worker's spawn reads the gate and is listed when it first suspends.
-    bool const refused =
-        w != nullptr ? owned_.closed() : !owned_.insert(fakes_[i], workers_);
+    bool const refused = w != nullptr ? owned_.closed() : !owned_.insert(fakes_[i], workers_);
     if (refused) {
       ++refused_;
       return nullptr;  // never queued, never lost

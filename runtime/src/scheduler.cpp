@@ -590,13 +590,6 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
 void scheduler::complete(task_header* task, worker* w) noexcept {
   // The caller holds the task (RUNNING): unlink it while nobody else can.
   if (task->listed) owned_.remove(task);
-  // The task stops counting as alive before its joiner can run (a block_on
-  // that returns sees it gone).
-  if (w != nullptr) {
-    w->counters.completed.add();
-  } else {
-    remote_completed_.fetch_add(1, std::memory_order_release);
-  }
   std::uint64_t prev = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
   bool dropped;
@@ -610,15 +603,30 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
     if (dropped) next -= sb::ref_one;
   } while (!task->state.compare_exchange_weak(prev, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
-  if (dropped) return;
-  if ((prev & sb::join_interest) == 0) {
-    if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
-      report_detached_exception(task);
-    }
-  } else if ((prev & sb::join_waker) != 0) {
+  if (dropped) {
+    count_completion(w);
+    return;
+  }
+  // The task stops counting as alive after its detached exception is
+  // reported, and before its join waiter is notified (a block_on that
+  // returns sees it gone).
+  if ((prev & sb::join_interest) == 0 && !task->cancelled_before_finish &&
+      task->root_promise()->has_exception()) {
+    report_detached_exception(task);
+  }
+  count_completion(w);
+  if ((prev & (sb::join_interest | sb::join_waker)) == (sb::join_interest | sb::join_waker)) {
     task->waiter->notify(task->waiter);
   }
   drop_reference(task);
+}
+
+void scheduler::count_completion(worker* w) noexcept {
+  if (w != nullptr) {
+    w->counters.completed.add();
+  } else {
+    remote_completed_.fetch_add(1, std::memory_order_release);
+  }
 }
 
 void scheduler::drop_reference(task_header* task) noexcept {

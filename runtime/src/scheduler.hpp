@@ -122,6 +122,9 @@ class scheduler final : public core_platform {
   /// Lists a task that is about to be suspended with nobody queueing it
   /// (owned_tasks.hpp), in `w`'s list or the other threads' one.
   void list_task(task_header* task, worker* w) noexcept;
+  /// One more task completed (stats().tasks_alive), counted by `w` (this
+  /// thread's worker) or, off the workers, in remote_completed_.
+  void count_completion(worker* w) noexcept;
 
   runtime_config config_;
   /// Tick 0 of every timer wheel (ticks are whole ms after it).

@@ -21,8 +21,8 @@ struct counter {
 };
 
 struct worker_counters {
-  counter spawned, completed, polled, stolen, steal_operations, parked, lifo_hits, global_batch_fetches,
-      overflows, io_completions, timers_fired, inline_polls;
+  counter spawned, completed, polled, stolen, steal_operations, parked, lifo_hits,
+      global_batch_fetches, overflows, io_completions, timers_fired, inline_polls;
   std::atomic<std::uint32_t> global_check_interval{0};
 
   [[nodiscard]] worker_stats snapshot() const noexcept {

@@ -1,15 +1,19 @@
 // Per-thread recycling pools for coroutine frames and task headers.
 //
 // Shape: size classes of 8 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in
-// practice each worker) keeps a free list per class, at most 16 MiB of free blocks in all, so
-// steady-state spawn/await does not call malloc. A block may be freed on another thread than the
-// one that allocated it: it then joins the freeing thread's list (the pools are caches, not
-// owners). Larger requests go to ::operator new.
+// practice each worker) keeps a free list per class, so steady-state spawn/await does not call
+// malloc. A block may be freed on another thread than the one that allocated it: it then joins
+// the freeing thread's list (the pools are caches, not owners). A list that grows past 128
+// blocks hands a chain of 64 to a shared depot (at most 64 MiB in all classes; beyond that the
+// chain goes to ::operator delete), and an empty list takes a chain from there before calling
+// ::operator new: tasks spawned on one thread and completed on another recycle their blocks
+// without malloc. Larger requests go to ::operator new.
 //
-// Thread-safety: each function touches only the calling thread's lists.
+// Thread-safety: each function touches the calling thread's lists, and the depot under a lock
+// per class once per 64 blocks at most.
 // Design source: seed 002 (Volt) and DESIGN.md "Coroutine frames are allocated
 // from per-worker recycling pools"; the layout follows tcmalloc's per-thread
-// caches in miniature.
+// caches and transfer cache in miniature (Bonwick's magazines and depot).
 #pragma once
 
 #include <cstddef>
@@ -74,9 +78,19 @@ struct pool_allocator {
 
 /// Counters of the calling thread's pool (for tests and benchmarks).
 struct frame_pool_counters {
-  std::uint64_t pool_hits = 0;    ///< allocations served from a free list
-  std::uint64_t pool_misses = 0;  ///< allocations that went to ::operator new
+  std::uint64_t pool_hits = 0;      ///< allocations served from a free list
+  std::uint64_t pool_misses = 0;    ///< allocations that went to ::operator new
+  std::uint64_t depot_refills = 0;  ///< chains taken from the depot (an empty list)
+  std::uint64_t depot_spills = 0;   ///< chains handed to the depot (a list past its high water)
 };
 [[nodiscard]] frame_pool_counters frame_pool_thread_counters() noexcept;
+
+/// Bytes of free blocks held by the depot now (all classes), and its bound.
+[[nodiscard]] std::size_t frame_pool_depot_bytes() noexcept;
+[[nodiscard]] std::size_t frame_pool_depot_capacity() noexcept;
+
+/// Gives every block in the depot back to ::operator delete (the threads'
+/// own lists are kept). Thread-safe.
+void frame_pool_release_depot() noexcept;
 
 }  // namespace spindle::detail

@@ -99,9 +99,9 @@ struct alignas(16) task_header {
   /// does not know spindle (nothing can wake it through the scheduler).
   bool (*cancel_fn)(void* arg) noexcept = nullptr;
   void* cancel_arg = nullptr;
-  std::uint32_t block_bytes = 0;         ///< the whole block (header + frame), bytes
-  std::uint16_t owned_list = 0;          ///< which owned-task list holds it
-  std::uint8_t promise_offset = 0;       ///< the root's promise_base, bytes after the frame
+  std::uint32_t block_bytes = 0;             ///< the whole block (header + frame), bytes
+  std::uint16_t owned_list = 0;              ///< which owned-task list holds it
+  std::uint8_t promise_offset = 0;           ///< the root's promise_base, bytes after the frame
   bool cancelled_before_finish : 1 = false;  ///< the frame was destroyed, not finished
   /// In an owned-task list (owned_tasks.hpp): spawned from outside the
   /// workers, or suspended at least once. Written by whoever holds the task.
