@@ -593,6 +593,7 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
   std::uint64_t prev = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
   bool dropped;
+  bool last;
   do {
     next = (prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete;
     // A join handle that holds a reference and has no waiter registered
@@ -600,11 +601,22 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
     // scheduler's reference in the same transition. The handle's reference
     // keeps the block, and nothing here touches the task afterwards.
     dropped = (prev & (sb::join_interest | sb::join_waker)) == sb::join_interest;
-    if (dropped) next -= sb::ref_one;
+    // Detached, and ours is the only reference: drop it in the same
+    // transition too; nobody else can reach the block afterwards.
+    last = (prev & sb::join_interest) == 0 && prev / sb::ref_one == 1;
+    if (dropped || last) next -= sb::ref_one;
   } while (!task->state.compare_exchange_weak(prev, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
   if (dropped) {
     count_completion(w);
+    return;
+  }
+  if (last) {
+    if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
+      report_detached_exception(task);
+    }
+    count_completion(w);
+    free_task(task);
     return;
   }
   // The task stops counting as alive after its detached exception is

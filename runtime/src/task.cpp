@@ -108,7 +108,18 @@ bool join_unregister(task_header* task) noexcept {
 
 void join_detach(task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
-  if ((s & sb::complete) != 0) {
+  while ((s & sb::complete) == 0) {
+    // Not finished (a handle dropped at once: a detached spawn): clear the
+    // join bits and drop the handle's reference in one RMW. The scheduler's
+    // reference remains until the task completes, so this one is never the
+    // last, and completion reports an exception nobody can take any more.
+    if (task->state.compare_exchange_weak(s,
+                                          (s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return;
+    }
+  }
+  {
     // Finished: nothing races for the join bits any more. Clearing them and
     // dropping the handle's reference is one RMW (the common case).
     bool unobserved = !task->cancelled_before_finish && task->root_promise()->has_exception();
