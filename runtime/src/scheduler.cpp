@@ -346,9 +346,10 @@ void scheduler::run_task(worker* w, task_header* task) noexcept {
       // entry's hands. Drop the entry's reference. (A wake since the claim
       // would have turned this entry live and cleared CLAIMED: a task never
       // has a second entry.)
-      if (task->state.compare_exchange_weak(s, s & ~sb::claimed, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-        drop_reference(task);
+      // Clearing CLAIMED and dropping the entry's reference is one RMW.
+      if (task->state.compare_exchange_weak(s, (s & ~sb::claimed) - sb::ref_one,
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+        if (s / sb::ref_one == 1) free_task(task);
         return;
       }
       continue;
