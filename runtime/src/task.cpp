@@ -108,6 +108,15 @@ bool join_unregister(task_header* task) noexcept {
 
 void join_detach(task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
+  if (worker* w = this_thread_context().self; w != nullptr && w->lifo_slot == task) {
+    // Spawned just now on this worker and still in its LIFO slot (a handle
+    // dropped at once): nobody else can reach the task yet (a LIFO slot is
+    // not stolen, nothing can wake a task that never ran, and this handle
+    // is the only one), so a plain store does the transition below.
+    task->state.store((s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one,
+                      std::memory_order_relaxed);
+    return;
+  }
   while ((s & sb::complete) == 0) {
     // Not finished (a handle dropped at once: a detached spawn): clear the
     // join bits and drop the handle's reference in one RMW. The scheduler's
