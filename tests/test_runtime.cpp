@@ -346,6 +346,28 @@ TEST(RuntimeShutdown, DestroysTasksSuspendedForever) {
   EXPECT_EQ(c.alive(), 0) << "frames of pending tasks leaked at shutdown";
 }
 
+task<void> spawn_parked_children(int n, counts* c, std::atomic<int>* started) {
+  // Spawned on a worker: each child enters an owned list only when it first
+  // suspends (owned_tasks.hpp); shutdown must still find every one.
+  for (int i = 0; i < n; ++i)
+    (void)spindle::spawn(park_forever(tracked(*c), started));
+  co_return;
+}
+
+TEST(RuntimeShutdown, DestroysTasksSpawnedOnWorkersAndSuspendedForever) {
+  counts c;
+  std::atomic<int> started{0};
+  constexpr int n = 1000;
+  {
+    spindle::runtime rt{{.workers = 2}};
+    rt.block_on(spawn_parked_children(n, &c, &started));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return started.load() == n; }));
+    EXPECT_EQ(rt.stats().tasks_alive, static_cast<std::uint64_t>(n));
+    EXPECT_EQ(c.alive(), n);
+  }
+  EXPECT_EQ(c.alive(), 0) << "frames of suspended worker-spawned tasks leaked at shutdown";
+}
+
 task<int> queued_task(tracked, std::atomic<int>* ran) {
   ran->fetch_add(1);
   co_await spindle::yield_now();
