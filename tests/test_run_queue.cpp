@@ -130,6 +130,46 @@ TEST(RunQueue, OverflowMoves128PlusNewTaskToGlobalInOneBatch) {
   EXPECT_EQ(drain(q, tasks), iota(128, 256));
 }
 
+TEST(RunQueue, OverflowLeavesOutTheEntriesTheStaleFilterConsumes) {
+  // The scheduler passes release_if_stale: entries whose task a join already
+  // ran (stale) are released at the overflow instead of going global.
+  fake_tasks tasks(257);
+  run_queue q;
+  global_queue g;
+  for (std::size_t i = 0; i < 256; ++i) {
+    if (i < 128 && i % 2 == 0) tasks[i]->state.store(1);  // stale
+    ASSERT_FALSE(q.push_back(tasks[i], g));
+  }
+  auto consume_stale = [](spindle::detail::task_header* t) noexcept {
+    std::uint64_t expected = 1;
+    return t->state.compare_exchange_strong(expected, 2);  // 2: released
+  };
+  bool was_empty = true;
+  EXPECT_TRUE(q.push_back(tasks[256], g, &was_empty, consume_stale));
+  EXPECT_FALSE(was_empty);
+  std::vector<std::size_t> expected_global;
+  for (std::size_t i = 1; i < 128; i += 2)
+    expected_global.push_back(i);
+  expected_global.push_back(256);
+  EXPECT_EQ(g.len(), expected_global.size());
+  EXPECT_EQ(drain(g, tasks), expected_global);
+  for (std::size_t i = 0; i < 128; i += 2)
+    EXPECT_EQ(tasks[i]->state.load(), 2u) << i;
+  EXPECT_EQ(drain(q, tasks), iota(128, 256));
+
+  // All of the 128 stale: only the new task goes global.
+  fake_tasks more(257);
+  run_queue q2;
+  global_queue g2;
+  for (std::size_t i = 0; i < 256; ++i) {
+    if (i < 128) more[i]->state.store(1);
+    ASSERT_FALSE(q2.push_back(more[i], g2));
+  }
+  EXPECT_TRUE(q2.push_back(more[256], g2, nullptr, consume_stale));
+  EXPECT_EQ(drain(g2, more), std::vector<std::size_t>{256});
+  EXPECT_EQ(drain(q2, more), iota(128, 256));
+}
+
 TEST(RunQueue, OverflowLinksEndWithNull) {
   fake_tasks tasks(257);
   run_queue q;

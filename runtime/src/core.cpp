@@ -46,7 +46,7 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
   // awake and runs its own ring. Saves a full fence per push while a worker
   // keeps its ring busy (a yield loop pays it on every yield otherwise).
   bool was_empty = true;
-  if (w->queue.push_back(to_ring, inject, &was_empty)) {
+  if (w->queue.push_back(to_ring, inject, &was_empty, &release_if_stale)) {
     w->counters.overflows.add();
     was_empty = true;
   }

@@ -36,6 +36,15 @@
 #include "worker.hpp"
 
 namespace spindle::detail {
+/// For a queue entry that leaves a ring by overflow: when the entry is stale
+/// (CLAIMED: poll_inline took its task, task_header.hpp), drops the entry's
+/// reference (freeing the task if it was the last) and returns true, so the
+/// entry is not carried into the global queue; false for a live entry.
+/// Defined in scheduler.cpp.
+bool release_if_stale(task_header* task) noexcept;
+}  // namespace spindle::detail
+
+namespace spindle::detail {
 
 /// What scheduler_core needs from whoever runs it.
 class core_platform {

@@ -43,11 +43,17 @@ class run_queue {
   run_queue(run_queue const&) = delete;
   run_queue& operator=(run_queue const&) = delete;
 
+  /// Called on each task moved out by an overflow: true when its entry is
+  /// stale and has been dealt with (it is then left out of the batch).
+  using stale_filter = bool (*)(task_header* task) noexcept;
+
   /// Owner: appends `task`; on a full ring moves 128 tasks and `task` to
-  /// `overflow` in one batch. Returns true when it overflowed. When
-  /// `was_empty` is given, it receives whether the ring looked empty before
-  /// the push (as len() would have said).
-  bool push_back(task_header* task, global_queue& overflow, bool* was_empty = nullptr) noexcept {
+  /// `overflow` in one batch, leaving out those `drop_stale` (if given)
+  /// consumes. Returns true when it overflowed. When `was_empty` is given,
+  /// it receives whether the ring looked empty before the push (as len()
+  /// would have said).
+  bool push_back(task_header* task, global_queue& overflow, bool* was_empty = nullptr,
+                 stale_filter drop_stale = nullptr) noexcept {
     for (;;) {
       std::uint64_t head = head_.load(std::memory_order_acquire);
       std::uint32_t steal = steal_of(head);
@@ -65,7 +71,7 @@ class run_queue {
         overflow.push(task);
         return true;
       }
-      if (push_overflow(task, real, tail, overflow)) return true;
+      if (push_overflow(task, real, tail, overflow, drop_stale)) return true;
       // A stealer claimed in between: there is room now; retry.
     }
   }
@@ -127,7 +133,7 @@ class run_queue {
   }
 
   bool push_overflow(task_header* task, std::uint32_t head, std::uint32_t tail,
-                     global_queue& overflow) noexcept {
+                     global_queue& overflow, stale_filter drop_stale) noexcept {
     // Claim overflow_batch tasks from the front, as a stealer would.
     std::uint64_t expected = pack(head, head);
     std::uint64_t desired = pack(head + overflow_batch, head + overflow_batch);
@@ -136,15 +142,27 @@ class run_queue {
                                        std::memory_order_relaxed)) {
       return false;
     }
-    task_header* first = slots_[head & mask].load(std::memory_order_relaxed);
-    task_header* prev = first;
-    for (std::uint32_t i = 1; i < overflow_batch; ++i) {
-      task_header* next = slots_[(head + i) & mask].load(std::memory_order_relaxed);
-      prev->next = next;
-      prev = next;
+    // The claimed slots are ours now: link them (and `task`) into one batch.
+    task_header* first = nullptr;
+    task_header* prev = nullptr;
+    std::size_t n = 1;
+    for (std::uint32_t i = 0; i < overflow_batch; ++i) {
+      task_header* t = slots_[(head + i) & mask].load(std::memory_order_relaxed);
+      if (drop_stale != nullptr && drop_stale(t)) continue;
+      if (prev != nullptr) {
+        prev->next = t;
+      } else {
+        first = t;
+      }
+      prev = t;
+      ++n;
     }
-    prev->next = task;
-    overflow.push_batch(first, task, overflow_batch + 1);
+    if (prev != nullptr) {
+      prev->next = task;
+    } else {
+      first = task;
+    }
+    overflow.push_batch(first, task, n);
     return true;
   }
 

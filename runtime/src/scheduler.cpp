@@ -338,6 +338,18 @@ void scheduler::run_worker(worker* w) {
   ctx = thread_context{};
 }
 
+bool release_if_stale(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  while ((s & sb::claimed) != 0) {
+    if (task->state.compare_exchange_weak(s, (s & ~sb::claimed) - sb::ref_one,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      if (s / sb::ref_one == 1) scheduler::free_task(task);
+      return true;
+    }
+  }
+  return false;
+}
+
 void scheduler::run_task(worker* w, task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
   for (;;) {
@@ -375,8 +387,11 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // Bounded: the nesting (each level is a C++ stack frame of the awaiting
   // task's poll) and the tick's budget (a task that spawns and awaits in a
   // loop must still let the tick end, so I/O, timers and the global queue
-  // are served).
-  if (w->inline_depth >= worker::max_inline_depth || w->tick_polls + 1 >= config_.budget ||
+  // are served), with inline polls counted against inline_budget_factor
+  // times the budget (worker.hpp).
+  if (w->inline_depth >= worker::max_inline_depth ||
+      std::uint64_t{w->tick_polls} + 1 >=
+          std::uint64_t{config_.budget} * worker::inline_budget_factor ||
       reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) < w->inline_stack_limit) {
     return false;
   }

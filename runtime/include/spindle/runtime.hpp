@@ -82,7 +82,7 @@ inline constexpr std::size_t max_workers = 65535;
 struct runtime_config {
   std::size_t workers = 0;  ///< worker threads (<= max_workers); 0 = hardware_concurrency()
   std::uint64_t seed = 0x853c49e6748fea9bULL;  ///< victim-selection RNG seed
-  std::uint32_t budget = 128;                  ///< polls per tick (>= 1)
+  std::uint32_t budget = 128;                  ///< polls per tick (>= 1; 8x for nested join polls)
   bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu
   io_backend io = io_backend::automatic;       ///< see io_backend; env SPINDLE_IO=uring|threadpool
                                                ///< applies when this is `automatic`
