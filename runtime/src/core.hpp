@@ -42,9 +42,6 @@ namespace spindle::detail {
 /// entry is not carried into the global queue; false for a live entry.
 /// Defined in scheduler.cpp.
 bool release_if_stale(task_header* task) noexcept;
-}  // namespace spindle::detail
-
-namespace spindle::detail {
 
 /// What scheduler_core needs from whoever runs it.
 class core_platform {

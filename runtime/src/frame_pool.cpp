@@ -108,12 +108,12 @@ static_assert(class_of(513) == fine_classes && class_size(fine_classes) == 576);
 static_assert(class_of(max_pooled) == class_count - 1 && class_size(class_count - 1) == max_pooled);
 static_assert(class_of(max_pooled + 1) == class_count);
 
-// The fast paths, inlined into both the plain and the task-frame entry points.
 /// The calling thread's list of class `cls` is empty: take a chain from the
 /// depot into it. Returns false when the depot has none.
 [[gnu::noinline]] bool refill_from_depot(thread_pool& pool, std::size_t cls) noexcept {
   if (class_size(cls) < min_depot_block || pool.destroyed) return false;
-  depot_class& d = global_depot().classes[cls];
+  depot& dep = global_depot();
+  depot_class& d = dep.classes[cls];
   free_block* chain;
   {
     std::lock_guard guard(d.lock);
@@ -121,7 +121,7 @@ static_assert(class_of(max_pooled + 1) == class_count);
     if (chain == nullptr) return false;
     d.chains = chain->next_chain;
   }
-  global_depot().bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
+  dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
   pool.heads[cls] = chain;
   pool.counts[cls] = transfer_blocks;
   ++pool.counters.depot_refills;
@@ -159,6 +159,7 @@ static_assert(class_of(max_pooled + 1) == class_count);
   }
 }
 
+// The fast paths, inlined into both the plain and the task-frame entry points.
 [[gnu::always_inline]] inline void* pool_allocate(std::size_t bytes) {
   std::size_t cls = class_of(bytes);
   if (cls >= class_count) [[unlikely]]

@@ -196,13 +196,7 @@ void scheduler::drain_queues() noexcept {
   // worker and never suspended), so that the caller destroys it with the rest.
   std::size_t const shard = core_.workers.size();
   auto consume = [this, shard](task_header* task) {
-    std::uint64_t s = task->state.load(std::memory_order_acquire);
-    if ((s & sb::claimed) == 0) {
-      if (!task->listed) owned_.link(task, shard);
-      return;
-    }
-    task->state.fetch_and(~sb::claimed, std::memory_order_acq_rel);
-    drop_reference(task);
+    if (!release_if_stale(task) && !task->listed) owned_.link(task, shard);
   };
   for (auto& w : core_.workers) {
     if (task_header* t = std::exchange(w->lifo_slot, nullptr)) consume(t);
@@ -350,21 +344,20 @@ bool release_if_stale(task_header* task) noexcept {
   return false;
 }
 
+void scheduler::run_stale_entry(worker* w, task_header* task) noexcept {
+  if (!release_if_stale(task)) run_task(w, task);
+}
+
 void scheduler::run_task(worker* w, task_header* task) noexcept {
   std::uint64_t s = task->state.load(std::memory_order_acquire);
   for (;;) {
-    if ((s & sb::claimed) != 0) {
+    if ((s & sb::claimed) != 0) [[unlikely]] {
       // A stale entry (see poll_inline): the task was taken out of this
       // entry's hands. Drop the entry's reference. (A wake since the claim
       // would have turned this entry live and cleared CLAIMED: a task never
-      // has a second entry.)
-      // Clearing CLAIMED and dropping the entry's reference is one RMW.
-      if (task->state.compare_exchange_weak(s, (s & ~sb::claimed) - sb::ref_one,
-                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
-        if (s / sb::ref_one == 1) free_task(task);
-        return;
-      }
-      continue;
+      // has a second entry; then start over.) A tail call, so that this
+      // path costs the common one no saved registers.
+      return run_stale_entry(w, task);
     }
     if ((s & sb::running) != 0) {
       // Queued, but abort_here holds it and is destroying its frame: hand

@@ -108,6 +108,9 @@ class scheduler final : public core_platform {
   void remote_push_unnoticed() noexcept override;
   void kick_block_on_sleeper() noexcept;
   void run_task(worker* w, task_header* task) noexcept;
+  /// run_task's cold path: a stale (CLAIMED) entry, released, or run when a
+  /// wake turned it live meanwhile.
+  [[gnu::noinline]] void run_stale_entry(worker* w, task_header* task) noexcept;
   /// Polls a task whose RUNNING bit the caller set (state `s` then).
   void poll_held(worker* w, task_header* task, std::uint64_t s) noexcept;
   /// At shutdown, after the workers stopped: empties the queues, dropping

@@ -107,46 +107,30 @@ bool join_unregister(task_header* task) noexcept {
 }
 
 void join_detach(task_header* task) noexcept {
+  constexpr std::uint64_t join_bits = sb::join_interest | sb::join_waker;
   std::uint64_t s = task->state.load(std::memory_order_acquire);
-  if (worker* w = this_thread_context().self; w != nullptr && w->lifo_slot == task) {
-    // Spawned just now on this worker and still in its LIFO slot (a handle
-    // dropped at once): nobody else can reach the task yet (a LIFO slot is
-    // not stolen, nothing can wake a task that never ran, and this handle
-    // is the only one), so a plain store does the transition below.
-    task->state.store((s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one,
-                      std::memory_order_relaxed);
-    return;
-  }
-  while ((s & sb::complete) == 0) {
+  if ((s & sb::complete) == 0) {
     // Not finished (a handle dropped at once: a detached spawn): clear the
-    // join bits and drop the handle's reference in one RMW. The scheduler's
-    // reference remains until the task completes, so this one is never the
-    // last, and completion reports an exception nobody can take any more.
-    if (task->state.compare_exchange_weak(s,
-                                          (s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one,
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+    // join bits and drop the handle's reference. The scheduler's reference
+    // remains until the task completes, so this one is never the last, and
+    // completion reports an exception nobody can take any more.
+    if (worker* w = this_thread_context().self; w != nullptr && w->lifo_slot == task) {
+      // Still in this worker's LIFO slot: nobody else can reach the task yet
+      // (a LIFO slot is not stolen, nothing wakes a task that never ran, and
+      // this handle is the only one), so a plain store does it.
+      task->state.store((s & ~join_bits) - sb::ref_one, std::memory_order_relaxed);
       return;
     }
-  }
-  {
-    // Finished: nothing races for the join bits any more. Clearing them and
-    // dropping the handle's reference is one RMW (the common case).
-    bool unobserved = !task->cancelled_before_finish && task->root_promise()->has_exception();
-    if (!unobserved) {
-      while (!task->state.compare_exchange_weak(
-          s, (s & ~(sb::join_interest | sb::join_waker)) - sb::ref_one, std::memory_order_acq_rel,
-          std::memory_order_acquire)) {
-      }
-      if (s / sb::ref_one == 1) scheduler::free_task(task);
-      return;
-    }
-  }
-  while (!task->state.compare_exchange_weak(s, s & ~(sb::join_interest | sb::join_waker),
+    do {
+      if (task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return;
+      }
+    } while ((s & sb::complete) == 0);
   }
-  if ((s & sb::complete) != 0 && !task->cancelled_before_finish &&
-      task->root_promise()->has_exception()) {
-    // Completed, but nobody took the exception: do not lose it silently.
+  // Finished: nothing races for the join bits any more.
+  if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
+    // Nobody took the exception: do not lose it silently.
     try {
       std::rethrow_exception(task->root_promise()->exception());
     } catch (std::exception const& e) {
@@ -156,7 +140,11 @@ void join_detach(task_header* task) noexcept {
       std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception\n");
     }
   }
-  scheduler::drop_reference(task);
+  // Clearing the join bits and dropping the handle's reference: one RMW.
+  while (!task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+  }
+  if (s / sb::ref_one == 1) scheduler::free_task(task);
 }
 
 void task_abort(task_header* task) noexcept {
