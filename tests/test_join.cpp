@@ -5,6 +5,7 @@
 #include <atomic>
 #include <coroutine>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -213,9 +214,39 @@ TEST(Join, UnobservedExceptionOfADroppedFinishedHandleIsReported) {
   {
     auto h = rt.spawn(throw_code(55));
     ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }));
+    EXPECT_EQ(rt.stats().detached_exceptions, 0u) << "counted while a handle can still take it";
   }  // dropped without taking the exception
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("custom error 55"), std::string::npos) << "stderr: " << err;
+  EXPECT_EQ(rt.stats().detached_exceptions, 1u) << "a dropped handle's exception was not counted";
+}
+
+TEST(Join, ATakenExceptionIsNotCountedWhenTheHandleIsDropped) {
+  spindle::runtime rt{{.workers = 2}};
+  {
+    auto h = rt.spawn(throw_code(56));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return h.is_finished(); }));
+    EXPECT_THROW(h.take(), custom_error);
+  }
+  EXPECT_EQ(rt.stats().detached_exceptions, 0u);
+}
+
+TEST(Join, AHandleOfAFailedTaskMayOutliveItsRuntime) {
+  // The handle is dropped after the runtime is destroyed: the exception is
+  // still reported, with no runtime left to count it in (ASan: no use of the
+  // destroyed scheduler), and a later runtime counts nothing of it.
+  testing::internal::CaptureStderr();
+  std::optional<join_handle<int>> h;
+  {
+    spindle::runtime rt{{.workers = 2}};
+    h.emplace(rt.spawn(throw_code(57)));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return h->is_finished(); }));
+  }
+  spindle::runtime later{{.workers = 1}};
+  h.reset();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("custom error 57"), std::string::npos) << "stderr: " << err;
+  EXPECT_EQ(later.stats().detached_exceptions, 0u);
 }
 
 task<int> victim([[maybe_unused]] tracked param, bool* body_ran) {

@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -18,6 +20,7 @@
 
 #include "runtime_test_support.hpp"
 #include "spindle/errors.hpp"
+#include "spindle/notify.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/task.hpp"
 #include "spindle/task_group.hpp"
@@ -307,6 +310,75 @@ TEST(Cancellation, AbortAtEverySuspensionPoint) {
         spindle_test::progress();
       }
     }
+  }
+}
+
+// A task woken on a worker goes to that worker's LIFO slot. Dropping its
+// join handle there (join_detach) while another thread aborts it through its
+// stop token must not erase the abort: each round, a driver task on a worker
+// wakes tasks that wait on their own notify, one by one, and drops each
+// handle right after the wake, while a plain thread requests stop for the
+// same tasks in the same order. A cancelled task is destroyed at its next
+// poll; one whose CANCELLED bit was erased runs on into a second wait that
+// nothing ends, and stays alive.
+task<void> wait_twice(spindle::notify* first, std::atomic<int>* waiting, counts* c) {
+  tracked t{*c};
+  waiting->fetch_add(1);
+  co_await first->wait();
+  spindle::notify never;
+  co_await never.wait();
+}
+
+task<void> wake_and_drop(std::vector<std::unique_ptr<spindle::notify>>* notifies,
+                         std::vector<std::stop_source>* stops, std::atomic<int>* waiting,
+                         std::atomic<long>* next, counts* c) {
+  std::size_t const n = notifies->size();
+  std::vector<join_handle<void>> handles;
+  handles.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    handles.push_back(
+        spindle::spawn(wait_twice((*notifies)[i].get(), waiting, c), (*stops)[i].get_token()));
+  // Every task waits on its notify (its waiter registered) before the wakes.
+  while (waiting->load() != static_cast<int>(n) ||
+         !std::all_of(notifies->begin(), notifies->end(),
+                      [](auto const& nt) { return nt->waiter_count() == 1; })) {
+    co_await spindle::yield_now{};
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    next->store(static_cast<long>(i), std::memory_order_release);
+    (*notifies)[i]->notify_one();              // into this worker's LIFO slot
+    { auto dropped = std::move(handles[i]); }  // join_detach while it sits there
+  }
+}
+
+TEST(StopToken, AbortRacingTheDropOfAWokenTaskIsNeverLost) {
+  spindle::runtime rt{{.workers = 2}};
+  long const rounds = spindle_test::scaled(2000, 50);
+  std::size_t const per_round = 256;
+  for (long round = 0; round < rounds; ++round) {
+    counts c;
+    std::vector<std::unique_ptr<spindle::notify>> notifies;
+    std::vector<std::stop_source> stops(per_round);
+    for (std::size_t i = 0; i < per_round; ++i)
+      notifies.push_back(std::make_unique<spindle::notify>());
+    std::atomic<int> waiting{0};
+    std::atomic<long> next{-1};
+    std::thread aborter([&] {
+      for (std::size_t i = 0; i < per_round; ++i) {
+        while (next.load(std::memory_order_acquire) < static_cast<long>(i)) {
+        }
+        stops[i].request_stop();
+      }
+    });
+    auto h = rt.spawn(wake_and_drop(&notifies, &stops, &waiting, &next, &c));
+    wait_and_take(h);
+    aborter.join();
+    // Every task was aborted: each is destroyed at its next poll or, already
+    // waiting again, by its abort. One that ran on never ends.
+    ASSERT_TRUE(wait_until([&] { return c.alive() == 0; }, 10s))
+        << c.alive() << " of " << per_round << " aborted tasks still alive in round " << round
+        << ": an abort was lost";
+    spindle_test::progress();
   }
 }
 

@@ -82,6 +82,34 @@ std::uint64_t now_ns() noexcept {
                                         .count());
 }
 
+// Prints the exception a task ended with, which nobody joined.
+void print_unjoined_exception(task_header* task, char const* what) noexcept {
+  try {
+    std::rethrow_exception(task->root_promise()->exception());
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "spindle: %s: %s\n", what, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "spindle: %s (not a std::exception)\n", what);
+  }
+}
+
+// Guards every scheduler's unobserved_ list and the `sched` of the tasks in
+// it: a join handle dropped on any thread may find its runtime destroyed.
+// Taken only by tasks that fail while a handle holds them.
+std::mutex& unobserved_lock() noexcept {
+  static std::mutex lock;
+  return lock;
+}
+
+void unlink_unobserved(task_header*& head, task_header* task) noexcept {
+  if (task->owned_prev != nullptr) {
+    task->owned_prev->owned_next = task->owned_next;
+  } else {
+    head = task->owned_next;
+  }
+  if (task->owned_next != nullptr) task->owned_next->owned_prev = task->owned_prev;
+  task->owned_prev = task->owned_next = nullptr;
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -186,6 +214,13 @@ scheduler::~scheduler() {
     drop_reference(task);
   }
   ctx = saved;
+  // Failed tasks whose join handles are still out: their handles must not
+  // reach this scheduler any more.
+  std::lock_guard lock(unobserved_lock());
+  while (task_header* task = unobserved_) {
+    unlink_unobserved(unobserved_, task);
+    task->sched = nullptr;
+  }
 }
 
 void scheduler::drain_queues() noexcept {
@@ -599,6 +634,9 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
 void scheduler::complete(task_header* task, worker* w) noexcept {
   // The caller holds the task (RUNNING): unlink it while nobody else can.
   if (task->listed) owned_.remove(task);
+  // Failed: held where a join handle dropped later finds it (rare path).
+  bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
+  if (failed) hold_unobserved(task);
   std::uint64_t prev = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
   bool dropped;
@@ -620,10 +658,12 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
     count_completion(w);
     return;
   }
+  if (failed && (prev & sb::join_interest) == 0) {
+    // Detached after all: nobody can take the exception.
+    unhold_unobserved(task);
+    report_detached_exception(task);
+  }
   if (last) {
-    if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
-      report_detached_exception(task);
-    }
     count_completion(w);
     free_task(task);
     return;
@@ -631,10 +671,6 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
   // The task stops counting as alive after its detached exception is
   // reported, and before its join waiter is notified (a block_on that
   // returns sees it gone).
-  if ((prev & sb::join_interest) == 0 && !task->cancelled_before_finish &&
-      task->root_promise()->has_exception()) {
-    report_detached_exception(task);
-  }
   count_completion(w);
   if ((prev & (sb::join_interest | sb::join_waker)) == (sb::join_interest | sb::join_waker)) {
     task->waiter->notify(task->waiter);
@@ -665,15 +701,41 @@ void scheduler::free_task(task_header* task) noexcept {
   frame_deallocate(task, bytes);
 }
 
-void scheduler::report_detached_exception(task_header* task) noexcept {
+void scheduler::report_detached_exception(task_header* task, char const* what) noexcept {
   detached_exceptions_.fetch_add(1, std::memory_order_relaxed);
-  try {
-    std::rethrow_exception(task->root_promise()->exception());
-  } catch (std::exception const& e) {
-    std::fprintf(stderr, "spindle: a detached task ended with an exception: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "spindle: a detached task ended with a non-standard exception\n");
+  print_unjoined_exception(task, what);
+}
+
+void scheduler::hold_unobserved(task_header* task) noexcept {
+  std::lock_guard lock(unobserved_lock());
+  task->unobserved = true;
+  task->owned_prev = nullptr;
+  task->owned_next = unobserved_;
+  if (unobserved_ != nullptr) unobserved_->owned_prev = task;
+  unobserved_ = task;
+}
+
+void scheduler::unhold_unobserved(task_header* task) noexcept {
+  std::lock_guard lock(unobserved_lock());
+  unlink_unobserved(unobserved_, task);
+  task->unobserved = false;
+}
+
+void scheduler::release_unobserved(task_header* task) noexcept {
+  // The handle's owner, after seeing COMPLETE: the exception is still there
+  // unless the handle took it (join_handle's await moves it out).
+  bool const untaken = task->root_promise()->has_exception();
+  std::lock_guard lock(unobserved_lock());
+  task->unobserved = false;
+  scheduler* sched = task->sched;
+  if (sched == nullptr) {
+    // Its runtime is gone (~scheduler cleared `sched`): nothing to count in.
+    if (untaken) print_unjoined_exception(task, "join_handle dropped with an unobserved exception");
+    return;
   }
+  unlink_unobserved(sched->unobserved_, task);
+  if (untaken)
+    sched->report_detached_exception(task, "join_handle dropped with an unobserved exception");
 }
 
 // ---------------------------------------------------------------------------

@@ -82,7 +82,17 @@ class scheduler final : public core_platform {
   /// Destroys the frame (if still there) and frees the header: the last
   /// reference is gone.
   static void free_task(task_header* task) noexcept;
-  void report_detached_exception(task_header* task) noexcept;
+  /// Counts and prints the exception of a task nobody joined: a detached
+  /// task's at completion, or one a join handle dropped without taking it
+  /// (join_detach, through release_unobserved).
+  void report_detached_exception(
+      task_header* task, char const* what = "a detached task ended with an exception") noexcept;
+  /// join_detach of a finished task that was held as unobserved (see
+  /// task_header::unobserved): unlinks it and, when its exception was not
+  /// taken, reports it, counted in its runtime's stats while the runtime
+  /// exists (its destructor detaches the list). Static: a join handle may
+  /// outlive its runtime.
+  static void release_unobserved(task_header* task) noexcept;
   void abort(task_header* task) noexcept;
   /// run_inline on worker `w` (its own thread).
   bool poll_inline(worker* w, task_header* task) noexcept;
@@ -128,6 +138,11 @@ class scheduler final : public core_platform {
   /// One more task completed (stats().tasks_alive), counted by `w` (this
   /// thread's worker) or, off the workers, in remote_completed_.
   void count_completion(worker* w) noexcept;
+  /// complete()'s side of release_unobserved: links a task that finishes
+  /// with an exception, before COMPLETE is published; unhold_unobserved
+  /// undoes it when the task turned out to be detached.
+  void hold_unobserved(task_header* task) noexcept;
+  void unhold_unobserved(task_header* task) noexcept;
 
   runtime_config config_;
   /// Tick 0 of every timer wheel (ticks are whole ms after it).
@@ -147,6 +162,11 @@ class scheduler final : public core_platform {
   // count theirs in worker_counters::completed.
   std::atomic<std::uint64_t> remote_completed_{0};
   std::atomic<std::uint64_t> detached_exceptions_{0};
+  // Tasks finished with an exception that a join handle may still take,
+  // linked through owned_prev/owned_next; guarded by the process-wide
+  // unobserved_lock() (scheduler.cpp), because a handle dropped on another
+  // thread must learn whether this runtime still exists.
+  task_header* unobserved_ = nullptr;
   // block_on threads asleep while their task may still need help.
   std::atomic<std::uint32_t> block_on_sleepers_{0};
   std::mutex block_on_mutex_;

@@ -114,10 +114,16 @@ void join_detach(task_header* task) noexcept {
     // join bits and drop the handle's reference. The scheduler's reference
     // remains until the task completes, so this one is never the last, and
     // completion reports an exception nobody can take any more.
-    if (worker* w = this_thread_context().self; w != nullptr && w->lifo_slot == task) {
-      // Still in this worker's LIFO slot: nobody else can reach the task yet
-      // (a LIFO slot is not stolen, nothing wakes a task that never ran, and
-      // this handle is the only one), so a plain store does it.
+    if (worker* w = this_thread_context().self;
+        w != nullptr && w->lifo_slot == task && !task->listed) {
+      // Spawned by this worker and never polled: nobody else can reach the
+      // task yet (a LIFO slot is not stolen, nothing can wake or abort a
+      // task that never ran but through this handle, the only one, and a
+      // stop_token's callback is registered by the task's first poll), so a
+      // plain store does it. A task is listed by the end of its first poll
+      // that does not complete it (scheduler::poll_held), so a task woken
+      // into the LIFO slot, which a waker, a timer, I/O or an abort from
+      // another thread can reach, always takes the CAS below.
       task->state.store((s & ~join_bits) - sb::ref_one, std::memory_order_relaxed);
       return;
     }
@@ -129,16 +135,11 @@ void join_detach(task_header* task) noexcept {
     } while ((s & sb::complete) == 0);
   }
   // Finished: nothing races for the join bits any more.
-  if (!task->cancelled_before_finish && task->root_promise()->has_exception()) {
-    // Nobody took the exception: do not lose it silently.
-    try {
-      std::rethrow_exception(task->root_promise()->exception());
-    } catch (std::exception const& e) {
-      std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception: %s\n",
-                   e.what());
-    } catch (...) {
-      std::fprintf(stderr, "spindle: join_handle dropped with an unobserved exception\n");
-    }
+  if (task->unobserved) {
+    // It finished with an exception: if nobody took it, do not lose it
+    // silently (printed, and counted in runtime_stats::detached_exceptions
+    // while its runtime exists).
+    scheduler::release_unobserved(task);
   }
   // Clearing the join bits and dropping the handle's reference: one RMW.
   while (!task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,

@@ -106,6 +106,12 @@ struct alignas(16) task_header {
   /// In an owned-task list (owned_tasks.hpp): spawned from outside the
   /// workers, or suspended at least once. Written by whoever holds the task.
   bool listed : 1 = false;
+  /// Finished with an exception while a join handle held it: linked (through
+  /// owned_prev/owned_next) in its scheduler's list of exceptions a handle
+  /// may still take, so that dropping the handle counts an untaken one in
+  /// runtime_stats::detached_exceptions (scheduler::hold_unobserved). Written
+  /// before COMPLETE is published, then read by the handle's owner.
+  bool unobserved : 1 = false;
 
   /// The root frame (null once destroyed: cancelled_before_finish).
   [[nodiscard]] std::coroutine_handle<> frame() const noexcept {
