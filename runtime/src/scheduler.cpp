@@ -1,6 +1,8 @@
 // The scheduler: spawn, schedule, the worker loop, park, shutdown, stats.
 #include "scheduler.hpp"
 
+#include "task_state.hpp"
+
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -368,15 +370,10 @@ void scheduler::run_worker(worker* w) {
 }
 
 bool release_if_stale(task_header* task) noexcept {
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
-  while ((s & sb::claimed) != 0) {
-    if (task->state.compare_exchange_weak(s, (s & ~sb::claimed) - sb::ref_one,
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
-      if (s / sb::ref_one == 1) scheduler::free_task(task);
-      return true;
-    }
-  }
-  return false;
+  bool last = false;
+  if (!task_state::release_stale(task, last)) return false;
+  if (last) scheduler::free_task(task);
+  return true;
 }
 
 void scheduler::run_stale_entry(worker* w, task_header* task) noexcept {
@@ -384,29 +381,16 @@ void scheduler::run_stale_entry(worker* w, task_header* task) noexcept {
 }
 
 void scheduler::run_task(worker* w, task_header* task) noexcept {
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
-  for (;;) {
-    if ((s & sb::claimed) != 0) [[unlikely]] {
-      // A stale entry (see poll_inline): the task was taken out of this
-      // entry's hands. Drop the entry's reference. (A wake since the claim
-      // would have turned this entry live and cleared CLAIMED: a task never
-      // has a second entry; then start over.) A tail call, so that this
-      // path costs the common one no saved registers.
-      return run_stale_entry(w, task);
-    }
-    if ((s & sb::running) != 0) {
-      // Queued, but abort_here holds it and is destroying its frame: hand
-      // the queue entry back (clear SCHEDULED); abort_here completes it.
-      if (task->state.compare_exchange_weak(s, s & ~sb::scheduled, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-        return;
-      }
-      continue;
-    }
-    if (task->state.compare_exchange_weak(s, (s & ~sb::scheduled) | sb::running,
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+  std::uint64_t s;
+  switch (task_state::take_entry(task, s)) {
+    case task_state::entry_action::poll:
       break;
-    }
+    case task_state::entry_action::stale:
+      // A tail call, so that this path costs the common one no saved
+      // registers.
+      return run_stale_entry(w, task);
+    case task_state::entry_action::handed_back:
+      return;  // abort_here completes it
   }
   poll_held(w, task, s);
 }
@@ -428,19 +412,8 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // left. Anywhere else (ring, global queue, another worker's ring): claim
   // it; its entry stays behind as a stale one holding a reference.
   bool from_lifo = w->lifo_slot == task;
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
   std::uint64_t next = 0;
-  for (;;) {
-    constexpr std::uint64_t mask =
-        sb::scheduled | sb::running | sb::complete | sb::cancelled | sb::claimed;
-    if ((s & mask) != sb::scheduled) return false;
-    next = (s & ~sb::scheduled) | sb::running;
-    if (!from_lifo) next = (next | sb::claimed) + sb::ref_one;
-    if (task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-      break;
-    }
-  }
+  if (!task_state::claim_for_inline(task, from_lifo, next)) return false;
   if (from_lifo) w->lifo_slot = nullptr;
   w->counters.inline_polls.add();
   ++w->inline_depth;
@@ -473,36 +446,29 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
     complete(task, w);
     return;
   }
-  s = task->state.load(std::memory_order_acquire);
-  std::uint64_t next;
-  bool push = false;
-  do {
-    bool const notified = (s & sb::notified) != 0 || yielded;
-    if ((s & sb::cancelled) != 0 && !notified) {
+  // About to be suspended with no queue holding it: from here on only its
+  // waker and the owned list reach it (owned_tasks.hpp).
+  auto list_it = [this, task, w]() noexcept {
+    if (!task->listed) list_task(task, w);
+  };
+  switch (task_state::finish_poll(task, yielded, list_it)) {
+    case task_state::poll_end::suspended:
+    case task_state::poll_end::turned_live:  // its stale entry holds it again
+      return;
+    case task_state::poll_end::requeue:
+      // Woken while it ran (or yielded): back of the run queue.
+      if (w != nullptr) {
+        core_.schedule_local(w, task, true);
+      } else {
+        core_.push_remote(task);
+      }
+      return;
+    case task_state::poll_end::cancelled:
       // Aborted while it ran and now suspended: we still hold RUNNING.
       // cancel_owned may leave it suspended for a pending wake: list it.
-      if (!task->listed) list_task(task, w);
+      list_it();
       cancel_owned(task, w);
       return;
-    }
-    next = s & ~sb::running;
-    push = false;
-    if (notified) {
-      next = sb::mark_scheduled(next & ~sb::notified, push);
-    } else if (!task->listed) {
-      // About to be suspended with no queue holding it: from here on only
-      // its waker and the owned list reach it (owned_tasks.hpp).
-      list_task(task, w);
-    }
-  } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
-                                              std::memory_order_acquire));
-  if (push) {
-    // Woken while it ran (or yielded): back of the run queue.
-    if (w != nullptr) {
-      core_.schedule_local(w, task, true);
-    } else {
-      core_.push_remote(task);
-    }
   }
 }
 
@@ -637,23 +603,13 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
   // Failed: held where a join handle dropped later finds it (rare path).
   bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
   if (failed) hold_unobserved(task);
-  std::uint64_t prev = task->state.load(std::memory_order_acquire);
-  std::uint64_t next;
-  bool dropped;
-  bool last;
-  do {
-    next = (prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete;
-    // A join handle that holds a reference and has no waiter registered
-    // (the awaiting task ran this one inline, or will look later): drop the
-    // scheduler's reference in the same transition. The handle's reference
-    // keeps the block, and nothing here touches the task afterwards.
-    dropped = (prev & (sb::join_interest | sb::join_waker)) == sb::join_interest;
-    // Detached, and ours is the only reference: drop it in the same
-    // transition too; nobody else can reach the block afterwards.
-    last = (prev & sb::join_interest) == 0 && prev / sb::ref_one == 1;
-    if (dropped || last) next -= sb::ref_one;
-  } while (!task->state.compare_exchange_weak(prev, next, std::memory_order_acq_rel,
-                                              std::memory_order_acquire));
+  // A join handle that holds a reference and has no waiter registered (the
+  // awaiting task ran this one inline, or will look later): the scheduler's
+  // reference goes in the same transition, the handle's keeps the block,
+  // and nothing here touches the task afterwards (dropped). Detached, with
+  // ours the only reference: it goes too, nobody else can reach the block
+  // afterwards (last).
+  auto const [prev, dropped, last] = task_state::mark_complete(task);
   if (dropped) {
     count_completion(w);
     return;

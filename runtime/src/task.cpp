@@ -6,6 +6,7 @@
 #include "scheduler.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/runtime.hpp"
+#include "task_state.hpp"
 
 namespace spindle::detail {
 
@@ -56,25 +57,7 @@ bool take_sync_io_budget() noexcept {
 }
 
 void wake(task_header* task) noexcept {
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
-  for (;;) {
-    if ((s & sb::complete) != 0) return;
-    if ((s & sb::running) != 0) {
-      if ((s & sb::notified) != 0) return;
-      if (task->state.compare_exchange_weak(s, s | sb::notified, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-        return;
-      }
-      continue;
-    }
-    if ((s & sb::scheduled) != 0) return;
-    bool push = true;
-    if (task->state.compare_exchange_weak(s, sb::mark_scheduled(s, push), std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-      if (push) task->sched->schedule(task);
-      return;
-    }
-  }
+  if (task_state::mark_woken(task)) task->sched->schedule(task);
 }
 
 bool run_inline(task_header* task) noexcept {

@@ -1,0 +1,203 @@
+// The task state machine: every transition of task_header::state that
+// scheduling makes, as functions of the state word alone.
+//
+// Shape: each function is one compare-and-swap loop over the 64-bit state
+// word (bits and reference count: spindle/detail/task_header.hpp) and
+// returns what the caller must do next (queue the task, poll it, release a
+// stale entry, ...). None touches a queue, a thread or a frame: the
+// scheduler (scheduler.cpp, task.cpp) acts on the answers, and so does the
+// deterministic simulation (tests/test_sim.cpp), which drives these same
+// functions on real headers with virtual workers.
+//
+// The transitions, by who makes them:
+//   take_entry        a worker popped an entry: SCHEDULED -> RUNNING, or the
+//                     entry is stale (CLAIMED), or handed back to abort_here
+//   claim_for_inline  a task awaiting a queued one polls it inline: SCHEDULED
+//                     -> RUNNING, leaving a stale entry (CLAIMED, one
+//                     reference) unless it came out of the caller's LIFO slot
+//   finish_poll       a poll ended with the task suspended: RUNNING -> idle,
+//                     or re-queued (NOTIFIED while running, or yielded)
+//   mark_woken        a waker: idle -> SCHEDULED (the caller queues it, or its
+//                     stale entry turns live), RUNNING -> RUNNING|NOTIFIED
+//   mark_complete     the poll that finished the task: -> COMPLETE, dropping
+//                     the scheduler's reference in the same step when nobody
+//                     waits for the join
+//   release_stale     a stale entry leaves a queue: drops CLAIMED and its
+//                     reference
+//
+// Thread-safety: every function may race with every other on the same task
+// from any thread; each is linearized by its CAS.
+// Design source: Tokio's task/state.rs (transition_to_running,
+// transition_to_idle, transition_to_notified_by_val), Volt's packed state
+// (seed 002).
+#pragma once
+
+#include <cstdint>
+
+#include "spindle/detail/task_header.hpp"
+
+namespace spindle::detail::task_state {
+
+namespace sb = state_bits;
+
+/// What a worker does with an entry it popped from a queue.
+enum class entry_action : std::uint8_t {
+  poll,         ///< RUNNING is now held: poll the task (cancel it when CANCELLED)
+  stale,        ///< a stale entry (CLAIMED): release it (release_stale)
+  handed_back,  ///< abort_here holds the task: the entry went back to it (SCHEDULED cleared)
+};
+
+/// A worker popped `task`'s entry. On `poll`, `s` is the state before the
+/// transition (SCHEDULED set, RUNNING clear).
+[[nodiscard]] inline entry_action take_entry(task_header* task, std::uint64_t& s) noexcept {
+  s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::claimed) != 0) [[unlikely]] {
+      // The task was taken out of this entry's hands (poll_inline). A wake
+      // since would have turned the entry live and cleared CLAIMED.
+      return entry_action::stale;
+    }
+    if ((s & sb::running) != 0) [[unlikely]] {
+      // Queued, but abort_here holds it and is destroying its frame: hand
+      // the entry back by clearing SCHEDULED; abort_here completes it.
+      if (task->state.compare_exchange_weak(s, s & ~sb::scheduled, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return entry_action::handed_back;
+      }
+      continue;
+    }
+    if (task->state.compare_exchange_weak(s, (s & ~sb::scheduled) | sb::running,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return entry_action::poll;
+    }
+  }
+}
+
+/// A stale entry of `task` leaves a queue (popped, or carried off by an
+/// overflow or at shutdown): clears CLAIMED and drops the entry's reference.
+/// Returns false, changing nothing, when the entry is live (no CLAIMED: a
+/// wake turned it live). On true, `last` says the dropped reference was the
+/// last one (the caller frees the task).
+[[nodiscard]] inline bool release_stale(task_header* task, bool& last) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  while ((s & sb::claimed) != 0) {
+    if (task->state.compare_exchange_weak(s, (s & ~sb::claimed) - sb::ref_one,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      last = s / sb::ref_one == 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+/// A task awaiting `task` polls it inline: claims it when it is queued and
+/// not started (SCHEDULED only). `from_lifo`: the caller takes it out of its
+/// own LIFO slot, so no entry remains; otherwise its entry stays behind as a
+/// stale one (CLAIMED) holding a reference. On true, `next` is the new state
+/// (RUNNING held); false when the task cannot be claimed.
+[[nodiscard]] inline bool claim_for_inline(task_header* task, bool from_lifo,
+                                           std::uint64_t& next) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    constexpr std::uint64_t mask =
+        sb::scheduled | sb::running | sb::complete | sb::cancelled | sb::claimed;
+    if ((s & mask) != sb::scheduled) return false;
+    next = (s & ~sb::scheduled) | sb::running;
+    if (!from_lifo) next = (next | sb::claimed) + sb::ref_one;
+    if (task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+/// How a poll that did not complete its task ended.
+enum class poll_end : std::uint8_t {
+  suspended,    ///< RUNNING released: only its waker (and the owned list) reach it now
+  requeue,      ///< SCHEDULED again: the caller queues it at the back of the run queue
+  turned_live,  ///< SCHEDULED again through its stale entry: nothing to queue
+  cancelled,    ///< aborted while it ran: RUNNING is still held, the caller cancels it
+};
+
+/// The end of a poll whose task suspended. `yielded`: it suspended in
+/// yield_now (re-queued as a wake during the poll would be). `on_suspend`
+/// is called before the task is left suspended with nobody queueing it (the
+/// scheduler lists it in an owned list: owned_tasks.hpp); it may be called
+/// more than once if the CAS retries, and must be idempotent.
+template <class OnSuspend>
+[[nodiscard]] poll_end finish_poll(task_header* task, bool yielded,
+                                   OnSuspend&& on_suspend) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  std::uint64_t next;
+  bool push;
+  bool notified;
+  do {
+    notified = (s & sb::notified) != 0 || yielded;
+    if ((s & sb::cancelled) != 0 && !notified) return poll_end::cancelled;
+    next = s & ~sb::running;
+    push = false;
+    if (notified) {
+      next = sb::mark_scheduled(next & ~sb::notified, push);
+    } else {
+      on_suspend();
+    }
+  } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                              std::memory_order_acquire));
+  if (!notified) return poll_end::suspended;
+  return push ? poll_end::requeue : poll_end::turned_live;
+}
+
+/// A wake: marks an idle task SCHEDULED (true: the caller queues it; when
+/// the task has a stale entry, that entry turns live and this returns false),
+/// a running one NOTIFIED (its poll's end re-queues it). Nothing for a task
+/// already scheduled, notified or complete.
+[[nodiscard]] inline bool mark_woken(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0) return false;
+    if ((s & sb::running) != 0) {
+      if ((s & sb::notified) != 0) return false;
+      if (task->state.compare_exchange_weak(s, s | sb::notified, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return false;
+      }
+      continue;
+    }
+    if ((s & sb::scheduled) != 0) return false;
+    bool push = true;
+    if (task->state.compare_exchange_weak(s, sb::mark_scheduled(s, push), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return push;
+    }
+  }
+}
+
+/// What mark_complete did.
+struct completion {
+  std::uint64_t prev = 0;  ///< the state before
+  /// A join handle holds a reference and no waiter is registered: the
+  /// scheduler's reference was dropped in the transition (the handle's keeps
+  /// the block; the caller must not touch the task afterwards).
+  bool dropped = false;
+  /// Detached, and the scheduler's was the only reference: dropped too; the
+  /// caller frees the task.
+  bool last = false;
+};
+
+/// The holder of RUNNING finishes the task: COMPLETE, with RUNNING,
+/// NOTIFIED and SCHEDULED cleared.
+[[nodiscard]] inline completion mark_complete(task_header* task) noexcept {
+  completion c;
+  c.prev = task->state.load(std::memory_order_acquire);
+  std::uint64_t next;
+  do {
+    next = (c.prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete;
+    c.dropped = (c.prev & (sb::join_interest | sb::join_waker)) == sb::join_interest;
+    c.last = (c.prev & sb::join_interest) == 0 && c.prev / sb::ref_one == 1;
+    if (c.dropped || c.last) next -= sb::ref_one;
+  } while (!task->state.compare_exchange_weak(c.prev, next, std::memory_order_acq_rel,
+                                              std::memory_order_acquire));
+  return c;
+}
+
+}  // namespace spindle::detail::task_state
