@@ -1,33 +1,47 @@
-// Deterministic simulation of the scheduler's decisions (seed 000).
+// Deterministic simulation of the scheduler's decisions and of the task
+// state machine (seed 000).
 //
 // The production decision code (scheduler_core: next_task, schedule_local,
-// push_remote, notify_parked, begin_park, transition_from_parked, end_tick,
-// with the real run queues, global queue and idle state) is driven from one
-// thread by N virtual workers. A seeded RNG interleaves their steps with
-// external spawns, external wake-ups, spurious wake-ups of parked workers and
-// the runtime closing. Tasks are fake headers with a random script: spawn
-// children (sometimes hundreds, to overflow a ring), wake a suspended task,
-// then finish, yield or suspend.
+// push_remote, notify_parked, after_tick's tiered idle, begin_park,
+// begin_wakeup/finish_wakeup, end_tick, with the real run queues, global
+// queue and idle state) and the production task transitions
+// (task_state.hpp: take_entry, claim_for_inline, finish_poll, mark_woken,
+// mark_complete, and release_if_stale) are driven from one thread by N
+// virtual workers, on real task headers whose state word starts as a spawn
+// sets it. A seeded RNG interleaves their steps with external spawns,
+// external wake-ups (of suspended tasks, of tasks being polled: NOTIFIED
+// while RUNNING, and of queued ones), spurious wake-ups of parked workers,
+// the workers' own I/O completions and the runtime closing. A poll spans two
+// steps (its start and its end), so wakes land in the middle of it. A task's
+// body spawns children (sometimes hundreds, to overflow a ring), wakes
+// another task, and may await a queued task, polling it inline: the claimed
+// task's entry stays behind as a stale one (CLAIMED) that a worker later
+// releases, or that a wake turns live again.
 //
-// After every step the simulator checks:
-//  - every task taken from a queue was queued (never run twice per wake),
-//    and the number of queued tasks equals what the queues hold (none lost
-//    on overflow or steal);
-//  - no worker is parked while it holds local work;
-//  - when work is queued, some worker is awake or a parked one has a pending
-//    unpark (no lost wake-up: nobody parks while work is visible to it and no
-//    searcher is awake to find it), and while stealable work waits with a
-//    worker asleep, someone searches or has been claimed to (no idle worker
-//    beside unseen work);
-//  - the idle state's searching/unparked counts match the workers.
-// After a drain phase every task has finished, ran exactly once per wake,
-// and the owned lists are empty again; at every step each suspended task is
-// listed (shutdown reaches a suspended task only through them).
+// After every step the simulator checks, against each task's real state
+// word:
+//  - RUNNING exactly while a virtual worker polls it, never SCHEDULED then;
+//    NOTIFIED only while RUNNING; never SCHEDULED and CLAIMED at once;
+//  - the reference count: the join handle's, the scheduler's until
+//    completion, and one per stale entry;
+//  - a woken task is queued or NOTIFIED until a poll begins (no lost wake);
+//  - the queues hold exactly one entry per SCHEDULED or CLAIMED task (none
+//    lost or duplicated on overflow, steal or batch);
+//  - a suspended task is listed (shutdown reaches it only through the owned
+//    lists);
+//  - no worker is parked while it holds local work; when work is queued,
+//    some worker is awake or a parked one has a pending unpark; while
+//    stealable work waits with a worker asleep, someone searches or has
+//    been claimed to; the idle state's counts match the workers.
+// After a drain phase every task has finished, every stale entry was
+// released (the handle's reference alone remains), and the owned lists and
+// queues are empty.
 //
 // SPINDLE_SIM_SEEDS=n sets the number of seeds (default 3000, scaled under
 // sanitizers); SPINDLE_SIM_SEED=s replays one seed with a step trace.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -39,8 +53,15 @@
 #include "owned_tasks.hpp"
 #include "rng.hpp"
 #include "runtime_test_support.hpp"
+#include "task_state.hpp"
 
 namespace {
+
+// Builds a trace line only when tracing (a replay), not on every step.
+#define SIM_TRACE(...)              \
+  do {                              \
+    if (trace_) trace(__VA_ARGS__); \
+  } while (0)
 
 using spindle::detail::core_platform;
 using spindle::detail::owned_tasks;
@@ -69,23 +90,38 @@ class sim_platform final : public core_platform {
   std::uint64_t unnoticed_pushes = 0;
 };
 
-enum class task_state : std::uint8_t { unused, queued, running, suspended, done };
+namespace sb = spindle::detail::state_bits;
+namespace ts = spindle::detail::task_state;
 
+/// The simulator's own account of a task, checked against its real state
+/// word after every step.
 struct sim_task {
-  task_state state = task_state::unused;
-  std::uint32_t wakes = 0;  // times it was queued
-  std::uint32_t runs = 0;   // times it was taken and run
+  bool spawned = false;
+  bool done = false;
+  bool in_poll = false;  // a virtual worker is polling it now (RUNNING)
+  bool waiting = false;  // suspended, in suspended_, waiting for a wake
+  /// A wake reached it (mark_woken on it while it waited or ran) and no
+  /// poll has begun since: it must be queued or NOTIFIED until one does.
+  bool wake_pending = false;
+  std::uint32_t polls = 0;
 };
 
-enum class phase : std::uint8_t { find, decide_park, parked };
+enum class phase : std::uint8_t { find, polling, decide_park, parked };
 
 struct vworker {
   phase ph = phase::find;
-  std::uint32_t polls = 0;  // in this tick
+  std::uint32_t polls = 0;         // in this tick
+  task_header* current = nullptr;  // polling: the task
 };
 
 struct sim_result {
   std::uint64_t steps = 0, tasks = 0, runs = 0, steals = 0, parks = 0, overflows = 0, unparks = 0;
+  // State-machine paths the seeds reached.
+  std::uint64_t notified_requeues = 0;  // woken while RUNNING, re-queued at the poll's end
+  std::uint64_t inline_claims = 0;      // claimed by an awaiting task (stale entry left)
+  std::uint64_t stale_released = 0;     // a stale entry popped and released
+  std::uint64_t turned_live = 0;        // a wake turned a stale entry live
+  std::uint64_t spins = 0;              // empty ticks that spun or yielded (tiered idle)
 };
 
 class simulation {
@@ -96,11 +132,13 @@ class simulation {
         rng_(seed * 0x9e3779b97f4a7c15ULL + 1),
         workers_(1 + rng_.below(6) + (rng_.below(8) == 0 ? 5 : 0)),
         budget_(rng_.below(4) == 0 ? 1 + rng_.below(8) : 128),
+        tiers_(rng_.below(3) == 0 ? spindle::detail::idle_tiers{}
+                                  : spindle::detail::idle_tiers{rng_.below(24), rng_.below(6)}),
         pool_size_(600 + rng_.below(1500)),
         tasks_(pool_size_),
         fakes_(pool_size_),
         platform_(workers_),
-        core_(platform_, workers_, budget_, seed),
+        core_(platform_, workers_, budget_, seed, tiers_),
         vw_(workers_) {}
 
   sim_result run() {
@@ -120,18 +158,17 @@ class simulation {
       ++step_;
     }
     final_check();
-    sim_result r;
-    r.steps = step_;
-    r.tasks = next_unused_;
-    r.unparks = platform_.unparks;
+    result_.steps = step_;
+    result_.tasks = next_unused_;
+    result_.unparks = platform_.unparks;
     for (auto const& t : tasks_)
-      r.runs += t.runs;
+      result_.runs += t.polls;
     for (auto const& w : core_.workers) {
-      r.steals += w->counters.stolen.get();
-      r.parks += w->counters.parked.get();
-      r.overflows += w->counters.overflows.get();
+      result_.steals += w->counters.stolen.get();
+      result_.parks += w->counters.parked.get();
+      result_.overflows += w->counters.overflows.get();
     }
-    return r;
+    return result_;
   }
 
  private:
@@ -141,21 +178,23 @@ class simulation {
     std::uint32_t r = rng_.below(100);
     if (!draining && r < 6) {
       external_spawn();
-    } else if (r < 16 && !suspended_.empty()) {
-      external_wake();
+    } else if (r < 16) {
+      external_wake(draining);
     } else if (r < 18) {
       spurious_wake();
     } else if (!draining && r < 19 && rng_.below(20) == 0 && owned_.is_accepting()) {
-      trace("close");
+      SIM_TRACE("close");
       owned_.close();
     } else {
       worker_step(draining);
     }
     // While draining, suspended tasks are eventually woken.
-    if (draining && !suspended_.empty() && rng_.below(4) == 0) external_wake();
+    if (draining && !suspended_.empty() && rng_.below(4) == 0) external_wake(true);
   }
 
   /// `w`: the spawning worker, or nullptr for a spawn from another thread.
+  /// The state word as scheduler::spawn sets it: SCHEDULED, a join handle
+  /// (which the simulation keeps to the end), two references.
   task_header* new_task(worker* w) {
     if (next_unused_ == pool_size_) return nullptr;
     std::size_t i = next_unused_;
@@ -168,34 +207,70 @@ class simulation {
       return nullptr;  // never queued, never lost
     }
     ++next_unused_;
-    tasks_[i].state = task_state::queued;
-    tasks_[i].wakes = 1;
+    fakes_[i]->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                           std::memory_order_relaxed);
+    tasks_[i].spawned = true;
+    live_.push_back(i);
     return fakes_[i];
   }
 
   void external_spawn() {
     task_header* t = new_task(nullptr);
     if (t == nullptr) return;
-    trace("external spawn " + std::to_string(fakes_.index(t)));
+    SIM_TRACE("external spawn " + std::to_string(fakes_.index(t)));
     core_.push_remote(t);
   }
 
-  void external_wake() {
-    std::size_t k = rng_.below(static_cast<std::uint32_t>(suspended_.size()));
-    std::size_t i = suspended_[k];
-    suspended_[k] = suspended_.back();
-    suspended_.pop_back();
-    tasks_[i].state = task_state::queued;
-    ++tasks_[i].wakes;
-    trace("external wake " + std::to_string(i));
-    core_.push_remote(fakes_[i]);
+  /// A wake through the real transition; `w`: from that worker's thread
+  /// (queued locally, as scheduler::schedule does), or from outside.
+  void wake(std::size_t i, worker* w, char const* who) {
+    sim_task& st = tasks_[i];
+    if (st.done) return;
+    std::uint64_t const before = fakes_[i]->state.load(std::memory_order_relaxed);
+    bool const push = ts::mark_woken(fakes_[i]);
+    if (st.waiting || st.in_poll) st.wake_pending = true;
+    if (st.waiting) {
+      // A suspended task with a stale entry: that entry is now the live one.
+      if (!push && (before & sb::claimed) != 0) ++result_.turned_live;
+      st.waiting = false;
+      std::erase(suspended_, i);
+    }
+    SIM_TRACE(std::string(who) + " wakes " + std::to_string(i) +
+              (push ? " (queued)" : " (no push)"));
+    if (!push) return;
+    if (w != nullptr) {
+      core_.schedule_local(w, fakes_[i], false);
+    } else {
+      core_.push_remote(fakes_[i]);
+    }
+  }
+
+  /// A random task to wake: mostly a suspended one, sometimes one being
+  /// polled (NOTIFIED while RUNNING) or any spawned one (queued: no-op;
+  /// done: nothing).
+  std::size_t pick_wake_target() {
+    if (!suspended_.empty() && rng_.below(4) != 0) {
+      return suspended_[rng_.below(static_cast<std::uint32_t>(suspended_.size()))];
+    }
+    if (rng_.below(2) == 0) {
+      for (auto const& v : vw_) {
+        if (v.ph == phase::polling && rng_.below(2) == 0) return fakes_.index(v.current);
+      }
+    }
+    return next_unused_ == 0 ? 0 : rng_.below(static_cast<std::uint32_t>(next_unused_));
+  }
+
+  void external_wake(bool draining) {
+    if (next_unused_ == 0) return;
+    std::size_t i = draining && !suspended_.empty() ? suspended_.front() : pick_wake_target();
+    wake(i, nullptr, "outside");
   }
 
   void spurious_wake() {
     // A parked worker's futex returns without an unpark.
     std::size_t i = rng_.below(static_cast<std::uint32_t>(workers_));
     if (vw_[i].ph != phase::parked) return;
-    trace("spurious wake of worker " + std::to_string(i));
+    SIM_TRACE("spurious wake of worker " + std::to_string(i));
     wake_parked(i);
   }
 
@@ -214,24 +289,17 @@ class simulation {
         platform_.notified[i] = false;
         wake_parked(i);
         break;
-      case phase::find: {
-        task_header* t = v.polls < core_.budget() ? core_.next_task(w) : nullptr;
-        if (t != nullptr) {
-          core_.transition_from_searching(w);
-          ++v.polls;
-          run_task(w, t, draining);
-          break;
-        }
-        bool idle_tick = v.polls == 0;
-        core_.end_tick(w, v.polls, v.polls * (100 + rng_.below(200'000)));
-        v.polls = 0;
-        // The production loop parks only after a tick that found nothing.
-        if (idle_tick && !w->has_local_tasks()) v.ph = phase::decide_park;
+      case phase::find:
+        find(w, v, draining);
         break;
-      }
+      case phase::polling:
+        end_poll(w, v.current, draining);
+        v.current = nullptr;
+        v.ph = phase::find;
+        break;
       case phase::decide_park:
         if (core_.begin_park(w)) {
-          trace("worker " + std::to_string(i) + " parks");
+          SIM_TRACE("worker " + std::to_string(i) + " parks");
           v.ph = phase::parked;
         } else {
           v.ph = phase::find;
@@ -240,64 +308,178 @@ class simulation {
     }
   }
 
-  void wake_parked(std::size_t i) {
-    worker* w = core_.workers[i].get();
-    w->transitioning_to_park.store(false, std::memory_order_relaxed);
-    if (core_.transition_from_parked(w)) {
-      core_.end_park(w);
-      vw_[i].ph = phase::find;
-      trace("worker " + std::to_string(i) + " wakes");
-    } else {
-      w->transitioning_to_park.store(true, std::memory_order_seq_cst);  // sleeps again
+  void find(worker* w, vworker& v, bool draining) {
+    task_header* t = v.polls < core_.budget() ? core_.next_task(w) : nullptr;
+    if (t != nullptr) {
+      core_.transition_from_searching(w);
+      // scheduler::run_task: a stale entry is released (and, if a wake
+      // turned it live meanwhile, run after all); a live one is polled.
+      for (;;) {
+        std::uint64_t s = 0;
+        ts::entry_action const a = ts::take_entry(t, s);
+        if (a == ts::entry_action::poll) break;
+        if (a == ts::entry_action::handed_back) fail("entry handed back with no abort_here");
+        if (spindle::detail::release_if_stale(t)) {
+          ++result_.stale_released;
+          SIM_TRACE("worker " + std::to_string(w->index) + " releases stale entry of " +
+                    std::to_string(fakes_.index(t)));
+          return;
+        }
+      }
+      ++v.polls;
+      begin_poll(w, t, draining);
+      v.current = t;
+      v.ph = phase::polling;
+      return;
+    }
+    core_.end_tick(w, v.polls, v.polls * (100 + rng_.below(200'000)));
+    bool progressed = v.polls != 0;
+    v.polls = 0;
+    // Tick end: the worker's own I/O completions wake tasks locally.
+    if (!suspended_.empty() && rng_.below(8) == 0) {
+      wake(suspended_[rng_.below(static_cast<std::uint32_t>(suspended_.size()))], w, "reap");
+      progressed = true;
+    }
+    switch (core_.after_tick(w, progressed)) {
+      case scheduler_core::idle_step::run:
+        break;
+      case scheduler_core::idle_step::spin:
+      case scheduler_core::idle_step::yield:
+        ++result_.spins;
+        break;
+      case scheduler_core::idle_step::park:
+        v.ph = phase::decide_park;
+        break;
     }
   }
 
-  void run_task(worker* w, task_header* t, bool draining) {
+  /// The start of a poll whose RUNNING bit the worker holds: checks that the
+  /// task was not being polled, then runs its body (spawns, wakes, an inline
+  /// poll of a queued task it awaits).
+  void begin_poll(worker* w, task_header* t, bool draining) {
     std::size_t i = fakes_.index(t);
     sim_task& st = tasks_[i];
-    if (st.state != task_state::queued) {
-      fail("worker " + std::to_string(w->index) + " took task " + std::to_string(i) +
-           " that was not queued (run twice for one wake, or a stale queue slot)");
+    if (st.in_poll || st.done || st.waiting) {
+      fail("worker " + std::to_string(w->index) + " polls task " + std::to_string(i) + " that is " +
+           (st.in_poll ? "being polled"
+            : st.done  ? "done"
+                       : "suspended unwoken"));
     }
-    st.state = task_state::running;
-    ++st.runs;
-    trace("worker " + std::to_string(w->index) + " runs " + std::to_string(i));
+    st.in_poll = true;
+    st.wake_pending = false;
+    ++st.polls;
+    SIM_TRACE("worker " + std::to_string(w->index) + " polls " + std::to_string(i));
+    body(w, draining, /*nested=*/false);
+  }
+
+  void body(worker* w, bool draining, bool nested) {
     // Children: usually a few, sometimes a burst that overflows the ring.
     std::uint32_t children = rng_.below(10) < 6 ? 0 : rng_.below(4);
-    if (!draining && rng_.below(200) == 0) children = 200 + rng_.below(200);
+    if (!draining && !nested && rng_.below(200) == 0) children = 200 + rng_.below(200);
     for (std::uint32_t c = 0; c < children; ++c) {
       task_header* child = new_task(w);
       if (child == nullptr) break;
       core_.schedule_local(w, child, false);
     }
     // Wake another task from inside this one (a cross-worker wake).
-    if (!suspended_.empty() && rng_.below(4) == 0) {
-      std::size_t k = rng_.below(static_cast<std::uint32_t>(suspended_.size()));
-      std::size_t j = suspended_[k];
-      suspended_[k] = suspended_.back();
-      suspended_.pop_back();
-      tasks_[j].state = task_state::queued;
-      ++tasks_[j].wakes;
-      core_.schedule_local(w, fakes_[j], false);
+    if (next_unused_ != 0 && rng_.below(4) == 0) wake(pick_wake_target(), w, "a task");
+    // Await a queued task: poll it inline (scheduler::poll_inline).
+    if (!nested && next_unused_ != 0 && rng_.below(5) == 0) {
+      std::size_t j = rng_.below(static_cast<std::uint32_t>(next_unused_));
+      task_header* c = fakes_[j];
+      bool const from_lifo = w->lifo_slot == c;
+      std::uint64_t next = 0;
+      if (!tasks_[j].in_poll && ts::claim_for_inline(c, from_lifo, next)) {
+        if (from_lifo) w->lifo_slot = nullptr;
+        if (!from_lifo) ++result_.inline_claims;
+        SIM_TRACE("inline poll of " + std::to_string(j) +
+                  (from_lifo ? " (LIFO slot)" : " (claimed)"));
+        sim_task& sc = tasks_[j];
+        sc.in_poll = true;
+        sc.wake_pending = false;
+        ++sc.polls;
+        body(w, draining, /*nested=*/true);
+        end_poll(w, c, draining);
+      }
     }
+  }
+
+  /// The end of a poll: the task finishes, yields or suspends, through the
+  /// real transitions (scheduler::complete, poll_held).
+  void end_poll(worker* w, task_header* t, bool draining) {
+    std::size_t i = fakes_.index(t);
+    sim_task& st = tasks_[i];
     std::uint32_t r = rng_.below(10);
     if (r < 4 || (draining && r < 8)) {
-      st.state = task_state::done;
       if (t->listed) owned_.remove(t);
-    } else if (r < 6 || draining) {
-      st.state = task_state::queued;  // yield: back of the ring
-      ++st.wakes;
-      core_.schedule_local(w, t, true);
-    } else {
-      st.state = task_state::suspended;
+      ts::completion const c = ts::mark_complete(t);
+      // The join handle (kept by the simulation) holds a reference and no
+      // waiter: the scheduler's reference goes in the same transition.
+      if (!c.dropped || c.last) fail("completion of " + std::to_string(i) + " kept its reference");
+      st.done = true;
+      st.in_poll = false;
+      std::uint64_t const s = t->state.load(std::memory_order_relaxed);
+      if ((s & (sb::complete | sb::scheduled | sb::running | sb::notified)) != sb::complete) {
+        fail("task " + std::to_string(i) + " done but its state is not COMPLETE alone");
+      }
+      if (s / sb::ref_one != 1u + ((s & sb::claimed) != 0 ? 1u : 0u)) {
+        fail("task " + std::to_string(i) + " completes with the wrong reference count");
+      }
+      if ((s & sb::claimed) != 0) done_with_stale_.push_back(i);
+      SIM_TRACE("task " + std::to_string(i) + " completes");
+      return;
+    }
+    bool const yielded = r < 6 || draining;
+    auto list_it = [&] {
       if (!t->listed) owned_.link(t, w->index);
-      suspended_.push_back(i);
+    };
+    st.in_poll = false;
+    switch (ts::finish_poll(t, yielded, list_it)) {
+      case ts::poll_end::requeue:
+        if (!yielded) ++result_.notified_requeues;
+        SIM_TRACE("task " + std::to_string(i) + (yielded ? " yields" : " re-queued (notified)"));
+        core_.schedule_local(w, t, true);
+        break;
+      case ts::poll_end::turned_live:
+        ++result_.turned_live;
+        SIM_TRACE("task " + std::to_string(i) + " re-queued through its stale entry");
+        break;
+      case ts::poll_end::suspended:
+        SIM_TRACE("task " + std::to_string(i) + " suspends");
+        st.waiting = true;
+        suspended_.push_back(i);
+        break;
+      case ts::poll_end::cancelled:
+        fail("task " + std::to_string(i) + " cancelled with no abort");
+    }
+  }
+
+  void wake_parked(std::size_t i) {
+    // scheduler::park_worker after its sleep: begin_wakeup, reap the
+    // worker's own completions (queued locally), finish_wakeup.
+    worker* w = core_.workers[i].get();
+    core_.begin_wakeup(w);
+    if (!suspended_.empty() && rng_.below(4) == 0) {
+      wake(suspended_[rng_.below(static_cast<std::uint32_t>(suspended_.size()))], w, "reap");
+    }
+    if (core_.finish_wakeup(w)) {
+      vw_[i].ph = phase::find;
+      SIM_TRACE("worker " + std::to_string(i) + " wakes");
     }
   }
 
   // ---- invariants
 
-  [[nodiscard]] std::size_t queued_in_queues() const {
+  /// Stale entries whose tasks have finished (a done task keeps CLAIMED
+  /// until its entry is popped or carried off).
+  [[nodiscard]] std::size_t stale_entries_of_done() const {
+    std::size_t n = 0;
+    for (std::size_t i : done_with_stale_)
+      n += (fakes_[i]->state.load(std::memory_order_relaxed) & sb::claimed) != 0 ? 1 : 0;
+    return n;
+  }
+
+  [[nodiscard]] std::size_t entries_in_queues() const {
     std::size_t n = core_.inject.len();
     for (auto const& w : core_.workers) {
       n += w->queue.len();
@@ -308,23 +490,54 @@ class simulation {
   }
 
   void check() {
-    std::size_t queued = 0;
-    for (std::size_t i = 0; i < next_unused_; ++i) {
-      if (tasks_[i].state == task_state::queued) ++queued;
-      if (tasks_[i].state == task_state::running) fail("task left running after its poll");
-      if (tasks_[i].runs > tasks_[i].wakes) fail("task ran more often than it was woken");
-      // Shutdown reaches a suspended task only through the owned lists.
-      if (tasks_[i].state == task_state::suspended && !fakes_[i]->listed) {
-        fail("task " + std::to_string(i) + " suspended but not in an owned list");
+    // Finished tasks are checked when they finish and at the end; only
+    // their stale entries remain, counted in stale_of_done_.
+    std::erase_if(live_, [this](std::size_t i) { return tasks_[i].done; });
+    std::size_t entries = stale_entries_of_done();
+    for (std::size_t i : live_) {
+      sim_task const& st = tasks_[i];
+      std::uint64_t const s = fakes_[i]->state.load(std::memory_order_relaxed);
+      auto who = [i] { return "task " + std::to_string(i); };
+      bool const scheduled = (s & sb::scheduled) != 0;
+      bool const running = (s & sb::running) != 0;
+      bool const claimed = (s & sb::claimed) != 0;
+      if (scheduled || claimed) ++entries;  // a live or a stale entry
+      if (scheduled && claimed) fail(who() + " is SCHEDULED and CLAIMED (two entries)");
+      // References: the join handle's, the scheduler's until completion, a
+      // stale entry's.
+      std::uint64_t const refs = 1 + (st.done ? 0 : 1) + (claimed ? 1 : 0);
+      if (s / sb::ref_one != refs) {
+        fail(who() + " has " + std::to_string(s / sb::ref_one) + " references, expected " +
+             std::to_string(refs));
+      }
+      if ((s & sb::join_interest) == 0) fail(who() + " lost its join interest");
+      if (st.done) {
+        if ((s & sb::complete) == 0 || scheduled || running) fail(who() + " done but not COMPLETE");
+        continue;
+      }
+      if ((s & sb::complete) != 0) fail(who() + " COMPLETE but not done");
+      if (running != st.in_poll)
+        fail(who() + (running ? " RUNNING outside a poll" : " polled without RUNNING"));
+      if (st.in_poll && scheduled) fail(who() + " SCHEDULED while polled");
+      if ((s & sb::notified) != 0 && !running) fail(who() + " NOTIFIED while not running");
+      if (st.wake_pending && !scheduled && (s & sb::notified) == 0) {
+        fail("lost wake-up: " + who() +
+             " was woken, is neither queued nor NOTIFIED, and no poll began");
+      }
+      // Suspended (neither queued nor polled): only its waker and the owned
+      // lists reach it, so shutdown finds it there.
+      if (!scheduled && !running) {
+        if (!st.waiting) fail(who() + " idle but not waiting for a wake");
+        if (!fakes_[i]->listed) fail(who() + " suspended but not in an owned list");
       }
     }
-    std::size_t held = queued_in_queues();
-    if (held != queued) {
-      fail("queues hold " + std::to_string(held) + " tasks but " + std::to_string(queued) +
-           " are queued (lost or duplicated on overflow, steal or batch)");
+    std::size_t held = entries_in_queues();
+    if (held != entries) {
+      fail("queues hold " + std::to_string(held) + " entries but " + std::to_string(entries) +
+           " tasks are SCHEDULED or CLAIMED (lost or duplicated on overflow, steal or batch)");
     }
     bool someone_awake = false;
-    std::uint32_t searching = 0, claimed = 0, unparked = 0;
+    std::uint32_t searching = 0, claimed_workers = 0, unparked = 0;
     for (std::size_t i = 0; i < workers_; ++i) {
       worker const& w = *core_.workers[i];
       bool parked = vw_[i].ph == phase::parked;
@@ -334,13 +547,13 @@ class simulation {
       if (!parked || platform_.notified[i]) someone_awake = true;
       if (w.is_searching) ++searching;
       bool registered_parked = core_.idle.is_parked(i);
-      if (parked && !registered_parked) ++claimed;  // claimed by a notifier, not yet awake
+      if (parked && !registered_parked) ++claimed_workers;  // claimed by a notifier, not yet awake
       if (!registered_parked) ++unparked;
       if (!parked && registered_parked) fail("worker " + std::to_string(i) + " awake but parked");
     }
-    if (queued != 0 && !someone_awake) {
-      fail("lost wake-up: " + std::to_string(queued) +
-           " tasks queued while every worker sleeps without a pending unpark");
+    if (held != 0 && !someone_awake) {
+      fail("lost wake-up: " + std::to_string(held) +
+           " entries queued while every worker sleeps without a pending unpark");
     }
     // No worker sleeps while stealable work waits that no searcher will
     // see: a push with nobody searching claims a parked worker, the last
@@ -350,14 +563,14 @@ class simulation {
       stealable += w->queue.len();
     if (stealable != 0 && unparked < workers_ && core_.idle.num_searching() == 0) {
       fail("idle worker: " + std::to_string(stealable) +
-           " stealable tasks wait while a worker sleeps and nobody searches");
+           " stealable entries wait while a worker sleeps and nobody searches");
     }
     if (core_.idle.num_unparked() != unparked) fail("idle state: unparked count is wrong");
     // A claimed worker is counted as searching before it wakes.
     std::uint32_t in_idle = core_.idle.num_searching();
-    if (in_idle < searching || in_idle > searching + claimed) {
+    if (in_idle < searching || in_idle > searching + claimed_workers) {
       fail("idle state: searching count " + std::to_string(in_idle) + " vs " +
-           std::to_string(searching) + " searching workers and " + std::to_string(claimed) +
+           std::to_string(searching) + " searching workers and " + std::to_string(claimed_workers) +
            " claimed");
     }
   }
@@ -372,14 +585,15 @@ class simulation {
 
   void final_check() {
     for (std::size_t i = 0; i < next_unused_; ++i) {
-      sim_task const& t = tasks_[i];
-      if (t.state != task_state::done) fail("task " + std::to_string(i) + " never finished");
-      if (t.runs != t.wakes) {
-        fail("task " + std::to_string(i) + " ran " + std::to_string(t.runs) + " times for " +
-             std::to_string(t.wakes) + " wakes");
+      if (!tasks_[i].done) fail("task " + std::to_string(i) + " never finished");
+      std::uint64_t const s = fakes_[i]->state.load(std::memory_order_relaxed);
+      // Every stale entry was released: the join handle's reference alone.
+      if (s / sb::ref_one != 1 || (s & sb::claimed) != 0) {
+        fail("task " + std::to_string(i) + " ends with " + std::to_string(s / sb::ref_one) +
+             " references");
       }
     }
-    if (queued_in_queues() != 0) fail("queues not empty at the end");
+    if (entries_in_queues() != 0) fail("queues not empty at the end");
     if (owned_.listed() != 0) fail("the owned lists still hold tasks");
   }
 
@@ -391,8 +605,9 @@ class simulation {
 
   [[noreturn]] void fail(std::string const& what) const {
     std::ostringstream os;
-    os << "seed " << seed_ << " (" << workers_ << " workers, budget " << budget_ << ") step "
-       << step_ << ": " << what << "\n  replay: SPINDLE_SIM_SEED=" << seed_ << " test_sim";
+    os << "seed " << seed_ << " (" << workers_ << " workers, budget " << budget_ << ", idle tiers "
+       << tiers_.spins << "/" << tiers_.yields << ") step " << step_ << ": " << what
+       << "\n  replay: SPINDLE_SIM_SEED=" << seed_ << " test_sim";
     throw sim_failure(os.str());
   }
 
@@ -401,6 +616,7 @@ class simulation {
   spindle::detail::xorshift64 rng_;
   std::size_t workers_;
   std::uint32_t budget_;
+  spindle::detail::idle_tiers tiers_;
   std::size_t pool_size_;
   std::vector<sim_task> tasks_;
   spindle_test::fake_tasks fakes_;
@@ -409,9 +625,12 @@ class simulation {
   std::vector<vworker> vw_;
   owned_tasks owned_{workers_ + 1};
   std::vector<std::size_t> suspended_;
+  std::vector<std::size_t> live_;             // spawned and not done
+  std::vector<std::size_t> done_with_stale_;  // done while CLAIMED (a stale entry left)
   std::size_t next_unused_ = 0;
   std::size_t step_ = 0;
   std::uint64_t refused_ = 0;
+  sim_result result_;
 };
 
 TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
@@ -441,6 +660,11 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
       total.parks += r.parks;
       total.overflows += r.overflows;
       total.unparks += r.unparks;
+      total.notified_requeues += r.notified_requeues;
+      total.inline_claims += r.inline_claims;
+      total.stale_released += r.stale_released;
+      total.turned_live += r.turned_live;
+      total.spins += r.spins;
     } catch (sim_failure const& e) {
       FAIL() << e.what();
     }
@@ -453,7 +677,19 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
       static_cast<unsigned long long>(total.steals), static_cast<unsigned long long>(total.parks),
       static_cast<unsigned long long>(total.unparks),
       static_cast<unsigned long long>(total.overflows));
+  std::printf(
+      "state machine: %llu re-queued after a wake while running, %llu inline claims, %llu stale "
+      "entries released, %llu turned live; %llu idle spins or yields\n",
+      static_cast<unsigned long long>(total.notified_requeues),
+      static_cast<unsigned long long>(total.inline_claims),
+      static_cast<unsigned long long>(total.stale_released),
+      static_cast<unsigned long long>(total.turned_live),
+      static_cast<unsigned long long>(total.spins));
   EXPECT_GT(total.overflows, 0u) << "the seeds never overflowed a ring";
+  EXPECT_GT(total.notified_requeues, 0u) << "no task was woken while running";
+  EXPECT_GT(total.inline_claims, 0u) << "no task was claimed for an inline poll";
+  EXPECT_GT(total.stale_released, 0u) << "no stale entry was released";
+  EXPECT_GT(total.turned_live, 0u) << "no wake turned a stale entry live";
   EXPECT_GT(total.steals, 0u) << "the seeds never stole";
 }
 
@@ -467,6 +703,8 @@ TEST(Simulation, ASeedReplaysExactly) {
     EXPECT_EQ(a.steals, b.steals);
     EXPECT_EQ(a.parks, b.parks);
     EXPECT_EQ(a.unparks, b.unparks);
+    EXPECT_EQ(a.inline_claims, b.inline_claims);
+    EXPECT_EQ(a.stale_released, b.stale_released);
   }
 }
 

@@ -7,8 +7,12 @@
 namespace spindle::detail {
 
 scheduler_core::scheduler_core(core_platform& platform, std::size_t n, std::uint32_t budget,
-                               std::uint64_t seed)
-    : idle(n), platform_(&platform), budget_(budget == 0 ? 1 : budget) {
+                               std::uint64_t seed, idle_tiers tiers)
+    : idle(n),
+      platform_(&platform),
+      budget_(budget == 0 ? 1 : budget),
+      idle_spins_(tiers.spins),
+      idle_yields_(tiers.yields) {
   workers.reserve(n);
   for (std::size_t i = 0; i < n; ++i)
     workers.push_back(std::make_unique<worker>(i, seed + 0x9e3779b97f4a7c15ULL * (i + 1)));
@@ -209,6 +213,18 @@ void scheduler_core::push_remote(task_header* task) noexcept {
   if (notify_parked()) return;
   // Nobody to wake: the platform may have other helpers (block_on threads).
   platform_->remote_push_unnoticed();
+}
+
+scheduler_core::idle_step scheduler_core::after_tick(worker* w, bool progressed) noexcept {
+  if (progressed || w->has_local_tasks()) {
+    w->idle_ticks = 0;
+    return idle_step::run;
+  }
+  std::uint32_t const n = ++w->idle_ticks;
+  if (n <= idle_spins_) return idle_step::spin;
+  if (n <= idle_spins_ + idle_yields_) return idle_step::yield;
+  w->idle_ticks = 0;
+  return idle_step::park;
 }
 
 bool scheduler_core::begin_park(worker* w) noexcept {

@@ -15,9 +15,12 @@
 //
 // A worker's loop, in terms of these calls:
 //   tick: up to `budget` times { t = next_task(w); if (!t) break;
-//           transition_from_searching(w); run t } ; end_tick(w, polls, ns)
-//   no task in a tick: if (begin_park(w)) { sleep until unparked;
-//           until transition_from_parked(w) sleep again }; end_park(w)
+//           transition_from_searching(w); run t } ; end_tick(w, polls, ns);
+//         reap I/O, fire timers
+//   then by after_tick(w, progressed): run the next tick; spin or yield the
+//         CPU, then run the next tick (tiered idle); or park:
+//         if (begin_park(w)) { do { sleep until unparked; begin_wakeup(w);
+//           reap I/O, fire timers } while (!finish_wakeup(w)) }
 //
 // Thread-safety: next_task, end_tick, begin_park, transition_from_parked,
 // end_park and schedule_local for worker w run on w's thread only (or on
@@ -57,11 +60,17 @@ class core_platform {
   ~core_platform() = default;
 };
 
+/// The tiers of after_tick (runtime_config::idle_spins, idle_yields).
+struct idle_tiers {
+  std::uint32_t spins = 0;
+  std::uint32_t yields = 0;
+};
+
 class scheduler_core {
  public:
   /// `workers` entries are made with `seed`-derived steal RNGs.
   scheduler_core(core_platform& platform, std::size_t workers, std::uint32_t budget,
-                 std::uint64_t seed);
+                 std::uint64_t seed, idle_tiers tiers = {});
 
   [[nodiscard]] std::size_t worker_count() const noexcept { return workers.size(); }
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
@@ -101,6 +110,35 @@ class scheduler_core {
   void end_park(worker* w) noexcept {
     w->transitioning_to_park.store(false, std::memory_order_relaxed);
   }
+  /// A parked worker returned from its sleep (unparked, a completion, a
+  /// timer deadline or spuriously): its own I/O completions and timers may
+  /// now queue tasks locally (they would go to the global queue while it is
+  /// transitioning to park).
+  void begin_wakeup(worker* w) noexcept {
+    w->transitioning_to_park.store(false, std::memory_order_relaxed);
+  }
+  /// After begin_wakeup and the worker's reaping: true when `w` leaves the
+  /// park (transition_from_parked, end_park), false when it sleeps again.
+  [[nodiscard]] bool finish_wakeup(worker* w) noexcept {
+    if (transition_from_parked(w)) {
+      end_park(w);
+      return true;
+    }
+    w->transitioning_to_park.store(true, std::memory_order_seq_cst);
+    return false;
+  }
+
+  /// What a worker does after a tick (tiered idle, seed 000).
+  enum class idle_step : std::uint8_t {
+    run,    ///< the tick made progress or local work waits: the next tick at once
+    spin,   ///< found nothing: spin a little (the CPU's pause), then tick again
+    yield,  ///< still nothing: give the CPU away (sched_yield), then tick again
+    park,   ///< nothing for a while: park (begin_park)
+  };
+  /// `progressed`: the tick polled a task, reaped a completion or fired a
+  /// timer. Counts empty ticks in a row: the first `spins` of the tiers
+  /// spin, the next `yields` yield, then the worker parks.
+  [[nodiscard]] idle_step after_tick(worker* w, bool progressed) noexcept;
 
   std::vector<std::unique_ptr<worker>> workers;
   global_queue inject;
@@ -116,6 +154,8 @@ class scheduler_core {
 
   core_platform* platform_;
   std::uint32_t budget_;
+  std::uint32_t idle_spins_;
+  std::uint32_t idle_yields_;
 };
 
 }  // namespace spindle::detail

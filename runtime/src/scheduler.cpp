@@ -78,6 +78,27 @@ std::uintptr_t half_stack_mark() noexcept {
   return reinterpret_cast<std::uintptr_t>(low) + size / 2;
 }
 
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// runtime_config's idle tiers, or SPINDLE_IDLE=spins,yields.
+idle_tiers idle_tiers_of(runtime_config const& config) noexcept {
+  idle_tiers t{config.idle_spins, config.idle_yields};
+  if (char const* env = std::getenv("SPINDLE_IDLE"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    unsigned long spins = std::strtoul(env, &end, 10);
+    unsigned long yields = *end == ',' ? std::strtoul(end + 1, nullptr, 10) : 0;
+    t.spins = static_cast<std::uint32_t>(std::min(spins, 1'000'000UL));
+    t.yields = static_cast<std::uint32_t>(std::min(yields, 1'000'000UL));
+  }
+  return t;
+}
+
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
@@ -120,7 +141,8 @@ void unlink_unobserved(task_header*& head, task_header* task) noexcept {
 scheduler::scheduler(runtime_config const& config)
     : config_(config),
       epoch_(std::chrono::steady_clock::now()),
-      core_(*this, resolve_workers(config.workers), config.budget, config.seed),
+      core_(*this, resolve_workers(config.workers), config.budget, config.seed,
+            idle_tiers_of(config)),
       owned_(resolve_workers(config.workers) + 1),
       blocking_(*this, config.max_blocking_threads, config.blocking_keep_alive) {
   config_.workers = resolve_workers(config.workers);
@@ -359,7 +381,20 @@ void scheduler::run_worker(worker* w) {
     if (reaped != 0) w->counters.io_completions.add(reaped);
     // Then the timers that came due (their tasks go to this worker's queues).
     std::size_t fired = fire_timers(w);
-    if (polls == 0 && reaped == 0 && fired == 0 && !w->has_local_tasks()) park_worker(w);
+    switch (core_.after_tick(w, polls != 0 || reaped != 0 || fired != 0)) {
+      case scheduler_core::idle_step::run:
+        break;
+      case scheduler_core::idle_step::spin:
+        for (std::uint32_t i = 0; i < worker::idle_spin_pauses; ++i)
+          cpu_relax();
+        break;
+      case scheduler_core::idle_step::yield:
+        ::sched_yield();
+        break;
+      case scheduler_core::idle_step::park:
+        park_worker(w);
+        break;
+    }
   }
   if (w->is_searching) {
     w->is_searching = false;
@@ -708,14 +743,13 @@ void scheduler::park_worker(worker* w) noexcept {
     } else {
       w->park.park(deadline);
     }
-    w->transitioning_to_park.store(false, std::memory_order_relaxed);
+    core_.begin_wakeup(w);
     std::size_t reaped = driver_->poll(w->index);
     if (reaped != 0) w->counters.io_completions.add(reaped);
     fire_timers(w);
-    if (core_.transition_from_parked(w)) break;
-    w->transitioning_to_park.store(true, std::memory_order_seq_cst);
+    if (core_.finish_wakeup(w)) return;
   }
-  core_.end_park(w);
+  core_.end_park(w);  // shutting down
 }
 
 // ---------------------------------------------------------------------------

@@ -80,6 +80,12 @@ struct worker {
   std::uint32_t global_interval = initial_global_interval;
   double avg_task_ns = 1'000'000.0 / initial_global_interval;
   std::uint32_t hoard = 0;
+  /// Tiered idle (scheduler_core::after_tick): an idle worker's spin tier
+  /// pauses the CPU this many times between two looks for work (about a
+  /// microsecond).
+  static constexpr std::uint32_t idle_spin_pauses = 32;
+  /// Empty ticks in a row (after_tick).
+  std::uint32_t idle_ticks = 0;
   xorshift64 rng;
 
   timer_shard timers;

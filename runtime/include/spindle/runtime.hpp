@@ -109,6 +109,18 @@ struct runtime_config {
   /// still lets other tasks, timers and I/O run. false (or the environment
   /// variable SPINDLE_CACHED_READS=0): every read goes through the driver.
   bool try_cached_reads = true;
+  /// Tiered idle (seed 000: spin, yield, then park). After a tick that found
+  /// nothing, a worker looks again `idle_spins` more times, pausing its CPU
+  /// for a moment between looks, then `idle_yields` more times, giving its
+  /// CPU away (sched_yield) between looks, and only then parks on its
+  /// futex. Work that arrives meanwhile (a spawn from another thread, a
+  /// wake) is found without a futex wake on either side; the cost is CPU
+  /// time burnt by an idle worker, taken from other threads when the cores
+  /// are all busy. 0 and 0: park after the first empty tick (Tokio's
+  /// behaviour). The environment variable SPINDLE_IDLE=spins,yields
+  /// overrides both.
+  std::uint32_t idle_spins = 0;
+  std::uint32_t idle_yields = 0;
 };
 
 namespace detail {
