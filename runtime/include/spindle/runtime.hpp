@@ -118,9 +118,14 @@ struct runtime_config {
   /// time burnt by an idle worker, taken from other threads when the cores
   /// are all busy. 0 and 0: park after the first empty tick (Tokio's
   /// behaviour). The environment variable SPINDLE_IDLE=spins,yields
-  /// overrides both.
+  /// overrides both. The defaults come from bench_runtime with 2 workers on
+  /// 2 cores, 3 alternating rounds each: 4 yields took chained_spawn from
+  /// 95-99 us to 76-80 us and left spawn_many_remote_idle/busy, ping_pong,
+  /// spawn_many_local, yield_many and fib within noise; any spin tier (8 or
+  /// more) doubled spawn_many_remote_idle (3.0-3.8 ms to 5.5-7.8 ms), its
+  /// idle worker taking the spawning thread's core.
   std::uint32_t idle_spins = 0;
-  std::uint32_t idle_yields = 0;
+  std::uint32_t idle_yields = 4;
 };
 
 namespace detail {
