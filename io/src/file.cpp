@@ -141,10 +141,22 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
     ssize_t const n = ::preadv2(fd_, &iov, 1, static_cast<off_t>(offset), RWF_NOWAIT);
     if (n == 0 || n == static_cast<ssize_t>(length)) co_return static_cast<std::size_t>(n);
     if (n > 0) {
-      // Only the start was cached (readahead under way): the rest goes
-      // through the driver, so that a regular file still gives the whole
-      // count a pread would.
+      // A short count: the file ends there (a file smaller than the
+      // buffer, the common case for spindle-scan), or only the start was
+      // cached (readahead under way). One more RWF_NOWAIT read at the new
+      // offset tells which without a trip through the driver: 0 is the end
+      // of the file; data is more of it; EAGAIN sends the rest through the
+      // driver, so that a regular file still gives the whole count a pread
+      // would.
       got = static_cast<std::uint32_t>(n);
+      for (int more = 0; more < 2 && got < length; ++more) {
+        iovec rest{buffer.data() + got, length - got};
+        ssize_t const m = ::preadv2(fd_, &rest, 1, static_cast<off_t>(offset + got), RWF_NOWAIT);
+        if (m == 0) co_return got;
+        if (m < 0) break;  // EAGAIN (or an error the driver reports the same way)
+        got += static_cast<std::uint32_t>(m);
+      }
+      if (got == length) co_return got;
     } else if (errno != EAGAIN) {
       no_nowait_reads_.store(true, std::memory_order_relaxed);
     }
