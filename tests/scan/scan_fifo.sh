@@ -4,18 +4,13 @@
 # spindle-scan must never block on a FIFO: one in the tree (no writer, so an
 # open without O_NONBLOCK or a read would wait forever), and one named on the
 # command line (skipped, never opened). Each run is under `timeout 60`.
-# Prints "N passed, M failed" and exits non-zero on failure.
+# Prints TAP (tap.sh) and exits non-zero on failure.
 set -u
 export LC_ALL=C
 SCAN=${1:?usage: scan_fifo.sh SPINDLE_SCAN_BINARY}
 SCAN=$(cd "$(dirname "$SCAN")" && pwd)/$(basename "$SCAN")
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-ko() {
-  failed=$((failed + 1))
-  echo "FAIL: $*"
-}
+# shellcheck source=tap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tap.sh"
 
 WORK=$(mktemp -d /tmp/scan_fifo.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -29,7 +24,7 @@ for b in uring threadpool; do
   rc=$?
   out=$(sort "$WORK/out1")
   if grep -q 'cannot start the runtime' "$WORK/err"; then
-    echo "note: backend $b unavailable: skipped"
+    skip "[$b] backend unavailable"
     continue
   fi
   want=$(cd "$WORK" && grep -rca foo t | grep -v ':0$' | sort)
@@ -44,5 +39,4 @@ for b in uring threadpool; do
   if [ $rc -eq 1 ] && [ ! -s "$WORK/out3" ]; then ok; else ko "[$b] only a FIFO operand: rc=$rc $(head -2 "$WORK/out3")"; fi
 done
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ] && [ $passed -gt 0 ]
+tap_end

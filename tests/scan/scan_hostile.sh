@@ -14,7 +14,7 @@
 # 1 none, 2 error; -s hides the messages, not the status). Every run is under
 # `timeout` (a blocked open or read fails the test instead of hanging it),
 # and any sanitizer report on stderr fails it (LeakSanitizer in the ASan
-# build). Prints "N passed, M failed" and exits non-zero on failure.
+# build). Prints TAP (tap.sh) and exits non-zero on failure.
 set -u
 export LC_ALL=C
 
@@ -24,14 +24,8 @@ SCAN=$(cd "$(dirname "$SCAN")" && pwd)/$(basename "$SCAN")
 NO_URING=$(cd "$(dirname "$NO_URING")" && pwd)/$(basename "$NO_URING")
 TIMEOUT=${SCAN_TEST_TIMEOUT:-120}
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-ko() {
-  failed=$((failed + 1))
-  echo "FAIL: $*"
-}
-note() { echo "note: $*"; }
+# shellcheck source=tap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tap.sh"
 
 WORK=$(mktemp -d /tmp/scan_hostile.XXXXXX)
 WRITERS=()
@@ -51,13 +45,11 @@ for b in uring threadpool; do
   if SPINDLE_IO=$b timeout 30 "$SCAN" -F x /dev/null >/dev/null 2>"$WORK/probe.err"; [ $? -le 1 ]; then
     BACKENDS+=("$b")
   else
-    note "backend $b unavailable here: $(head -1 "$WORK/probe.err")"
+    skip "backend $b unavailable here: $(head -1 "$WORK/probe.err")"
   fi
 done
 if [ ${#BACKENDS[@]} -eq 0 ]; then
-  echo "spindle-scan does not run with any backend"
-  echo "0 passed, 1 failed"
-  exit 1
+  bail "spindle-scan does not run with any backend"
 fi
 
 # Root reads everything: unreadable-file checks run as nobody.
@@ -67,7 +59,7 @@ if [ "$(id -u)" = 0 ]; then
     setpriv --reuid=65534 --regid=65534 --clear-groups "$SCAN" --version >/dev/null 2>&1; then
     RUNAS=(setpriv --reuid=65534 --regid=65534 --clear-groups)
   else
-    note "root and cannot run as nobody (setpriv): permission checks skipped"
+    note "root, and cannot run as nobody (setpriv)"
   fi
 fi
 CAN_DENY=0
@@ -178,7 +170,7 @@ HAVE_DEV=0
 if mknod "$H/special/zero" c 1 5 2>/dev/null && mknod "$H/special/null" c 1 3 2>/dev/null; then
   HAVE_DEV=1
 else
-  note "cannot mknod here: device nodes only on the command line (/dev/zero)"
+  skip "cannot mknod here: device nodes in the tree (/dev/zero is still checked on the command line)"
 fi
 # Symlink loops (skipped below the command line; ELOOP on it).
 ln -s self "$H/loops/self"
@@ -281,7 +273,7 @@ if [ $CAN_DENY = 1 ]; then
     expect "[$b] unreadable single operand" 2 '^spindle-scan: perm/locked.txt: Permission denied$'
   done
 else
-  note "permission checks skipped"
+  skip "no unprivileged user: permission checks"
 fi
 
 # ------------------------------------------ FIFOs, sockets and devices
@@ -386,7 +378,7 @@ for b in "${BACKENDS[@]}"; do
     else
       ko "[$b] ulimit -n 16 on $dir/$what: rc=$rc (free: $free_rc) $(grep -m2 'spindle-scan' "$WORK/err")"
     fi
-    grep '^in flight' "$WORK/err" | sed "s|^|note: [$b] ulimit -n 16, $what: |"
+    grep '^in flight' "$WORK/err" | sed "s|^|# note: [$b] ulimit -n 16, $what: |"
   done
   # Too few descriptors for even one file besides the runtime's: a real
   # error, reported per file, without hanging. The smallest limit the
@@ -396,7 +388,7 @@ for b in "${BACKENDS[@]}"; do
   # descriptors, and then reports the call as invalid (sanitizer_common's
   # IsAccessibleMemoryRange).
   if grep -q __ubsan_handle_dynamic_type_cache_miss "$SCAN"; then
-    note "[$b] built with -fsanitize=vptr, which needs free descriptors itself: no-descriptor case skipped"
+    skip "[$b] built with -fsanitize=vptr, which needs free descriptors itself: the no-descriptor case"
     continue
   fi
   lim=
@@ -485,7 +477,7 @@ EOF
     fi
   done
 else
-  note "cannot create a 5 GiB sparse file here: skipped"
+  skip "cannot create a 5 GiB sparse file here"
 fi
 rm -rf "$WORK/sparse"
 
@@ -493,7 +485,7 @@ rm -rf "$WORK/sparse"
 "$NO_URING" true
 seccomp_rc=$?
 if [ $seccomp_rc = 77 ]; then
-  note "seccomp unavailable: io_uring fallback checks skipped"
+  skip "seccomp unavailable: the io_uring fallback checks"
 else
   # automatic falls back to the thread pool and finds everything.
   run_scan auto "$WORK" "$NO_URING" -- --stats foo h/plain h/names
@@ -514,5 +506,4 @@ else
   same_as_grep "seccomp and ulimit -n 16"
 fi
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ] && [ $passed -gt 0 ]
+tap_end

@@ -18,14 +18,8 @@ SCAN=$(cd "$(dirname "$SCAN")" && pwd)/$(basename "$SCAN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 TIMEOUT=${SCAN_TEST_TIMEOUT:-120}
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-ko() {
-  failed=$((failed + 1))
-  echo "FAIL: $*"
-}
-note() { echo "note: $*"; }
+# shellcheck source=tap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tap.sh"
 
 WORK=$(mktemp -d /tmp/scan_vs_grep.XXXXXX)
 cleanup() {
@@ -36,9 +30,7 @@ trap cleanup EXIT
 chmod 755 "$WORK"
 mkdir "$WORK/tree"
 python3 "$HERE/make_tree.py" "$WORK/tree" || {
-  echo "cannot build the test tree"
-  echo "0 passed, 1 failed"
-  exit 1
+  bail "cannot build the test tree"
 }
 
 # Which backends can run here?
@@ -47,13 +39,11 @@ for b in uring threadpool; do
   if SPINDLE_IO=$b timeout 30 "$SCAN" -F x /dev/null >/dev/null 2>"$WORK/probe.err"; [ $? -le 1 ]; then
     BACKENDS+=("$b")
   else
-    note "backend $b unavailable here: $(head -1 "$WORK/probe.err")"
+    skip "backend $b unavailable here: $(head -1 "$WORK/probe.err")"
   fi
 done
 if [ ${#BACKENDS[@]} -eq 0 ]; then
-  echo "spindle-scan does not run with any backend"
-  echo "0 passed, 1 failed"
-  exit 1
+  bail "spindle-scan does not run with any backend"
 fi
 
 # grep's matcher flag for spindle-scan's arguments: -E unless -F is given.
@@ -225,7 +215,7 @@ if [ "$(id -u)" = 0 ]; then
     setpriv --reuid=65534 --regid=65534 --clear-groups "$SCAN" --version >/dev/null 2>&1; then
     RUNAS=(setpriv --reuid=65534 --regid=65534 --clear-groups)
   else
-    note "root and cannot run as nobody: unreadable-file checks skipped"
+    skip "root, and cannot run as nobody: unreadable-file checks"
   fi
 fi
 if [ "$(id -u)" != 0 ] || [ ${#RUNAS[@]} -gt 0 ]; then
@@ -280,8 +270,7 @@ if [ -d /usr/share/perl ]; then
   compare "/usr/share/perl: sub" / -- 'sub \w+' /usr/share/perl
   compare "/usr/share/perl: -i copyright" / -- -i -F copyright /usr/share/perl
 else
-  note "/usr/share/perl missing: skipped"
+  skip "/usr/share/perl missing"
 fi
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+tap_end
