@@ -8,6 +8,7 @@
 // ThreadSanitizer, 0.25 under AddressSanitizer). A watchdog aborts the
 // binary with a message when no test makes progress for 10 s (30 s under
 // sanitizers): a lost wake-up fails instead of hanging.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -65,7 +66,8 @@ struct mix_context {
   spindle::io::file* file = nullptr;  // a small file every I/O step reads
   std::atomic<long> budget{0};        // spawns left
   std::atomic<long> finished{0};      // tasks that ran to their end
-  std::atomic<long> io_reads{0};
+  std::atomic<long> io_started{0};
+  std::atomic<long> io_reads{0};  // completed
   std::atomic<long> handoffs{0};  // values passed child -> parent through a oneshot
   counts live;                    // frames alive (tracked in every task)
 };
@@ -95,6 +97,12 @@ task<long> mix_node(mix_context* ctx, std::uint64_t seed, int depth) {
       case 2:
       case 3: {
         std::array<std::byte, 4096> buf;
+        // Every 64th read first drops the file from the page cache, so
+        // that reads also complete asynchronously (io_uring's worker
+        // threads, a thread-pool read that blocks), not only at submission.
+        if ((ctx->io_started.fetch_add(1, std::memory_order_relaxed) & 63) == 0) {
+          ::posix_fadvise(ctx->file->native_handle(), 0, 0, POSIX_FADV_DONTNEED);
+        }
         std::size_t n = co_await ctx->file->read_at(buf, (r >> 8) % 4 * 4096);
         if (n != buf.size()) throw std::runtime_error("short read");
         ctx->io_reads.fetch_add(1, std::memory_order_relaxed);
@@ -148,8 +156,29 @@ std::filesystem::path make_mix_file() {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   std::vector<char> data(16384, 'x');
   std::fwrite(data.data(), 1, data.size(), f);
+  std::fflush(f);
+  ::fsync(::fileno(f));  // written back, so that POSIX_FADV_DONTNEED can drop it
   std::fclose(f);
   return path;
+}
+
+/// The stress runs' runtimes: cached reads off, so that every read goes
+/// through the I/O driver (submission, completion, the wake of the task)
+/// instead of a preadv2 in the task's poll.
+spindle::runtime_config stress_io_config(std::size_t workers) {
+  spindle::runtime_config cfg;
+  cfg.workers = workers;
+  cfg.try_cached_reads = false;
+  return cfg;
+}
+
+/// I/O completions the workers reaped (the io_uring backend counts them;
+/// the thread pool's completions are not reaped by workers).
+std::uint64_t reaped_by_workers(spindle::runtime_stats const& s) {
+  std::uint64_t n = 0;
+  for (auto const& w : s.workers)
+    n += w.io_completions;
+  return n;
 }
 
 task<long> mix_root(mix_context* ctx, std::filesystem::path path, int roots) {
@@ -172,7 +201,7 @@ TEST(Stress, RandomTreesOfSpawnYieldJoinWakeTimersAndIo) {
   auto path = make_mix_file();
   long const budget = scaled(1'000'000, 4'000);
   for (std::size_t workers : {1u, 2u, 4u}) {
-    spindle::runtime rt{{.workers = workers}};
+    spindle::runtime rt{stress_io_config(workers)};
     mix_context ctx;
     ctx.budget.store(budget);
     long joined_sum = rt.block_on(mix_root(&ctx, path, 64));
@@ -182,6 +211,13 @@ TEST(Stress, RandomTreesOfSpawnYieldJoinWakeTimersAndIo) {
     EXPECT_EQ(ctx.live.alive(), 0);
     EXPECT_GE(s.total_spawned, static_cast<std::uint64_t>(spawned));
     EXPECT_GT(joined_sum, 0);
+    EXPECT_EQ(ctx.io_reads.load(), ctx.io_started.load());
+    EXPECT_GT(ctx.io_reads.load(), 0);
+    if (rt.io_backend_in_use() == spindle::io_backend::uring) {
+      // Each read, and the open, completed through the ring (the file's
+      // destructor closes it without the driver).
+      EXPECT_GE(reaped_by_workers(s), static_cast<std::uint64_t>(ctx.io_reads.load()) + 1);
+    }
     std::printf(
         "workers=%zu: %ld tasks finished, %llu polls (%llu wake-ups), %ld reads, %llu timers, "
         "%ld oneshot hand-offs, %llu stolen\n",
@@ -200,21 +236,31 @@ TEST(Stress, ShutdownInTheMiddleOfRandomTrees) {
   auto path = make_mix_file();
   int const rounds = static_cast<int>(scaled(30, 6));
   long interrupted = 0;
+  long reads_cut = 0;        // started, never completed: cancelled by the shutdown
+  std::uint64_t reaped = 0;  // completions the workers reaped (io_uring)
   for (int round = 0; round < rounds; ++round) {
     mix_context ctx;
     ctx.budget.store(scaled(100'000, 2'000));
     join_handle<long> root;
     {
-      spindle::runtime rt{{.workers = 1 + static_cast<std::size_t>(round % 3)}};
+      spindle::runtime rt{stress_io_config(1 + static_cast<std::size_t>(round % 3))};
       root = rt.spawn(mix_root(&ctx, path, 32));
       std::this_thread::sleep_for(std::chrono::milliseconds(1 + round % 7));
       if (!root.is_finished()) ++interrupted;
+      reaped += reaped_by_workers(rt.stats());
     }
     EXPECT_TRUE(root.is_finished());
     EXPECT_EQ(ctx.live.alive(), 0) << "round " << round;
+    EXPECT_LE(ctx.io_reads.load(), ctx.io_started.load());
+    reads_cut += ctx.io_started.load() - ctx.io_reads.load();
     progress();
   }
-  std::printf("%d rounds, %ld shut down with the trees still running\n", rounds, interrupted);
+  std::printf(
+      "%d rounds, %ld shut down with the trees still running, %ld reads in flight at the "
+      "shutdown (cancelled and reaped), %llu completions reaped by the workers\n",
+      rounds, interrupted, reads_cut, static_cast<unsigned long long>(reaped));
+  // The reads really went through the driver: the shutdown had some to cancel.
+  EXPECT_GT(interrupted, 0);
   std::filesystem::remove(path);
 }
 
@@ -308,10 +354,11 @@ long spin_work(long iterations) {
 task<void> ring_member(ring_slot* mine, ring_slot* next, long rounds, std::atomic<long>* hops,
                        std::atomic<long>* cross) {
   for (long r = 0; r < rounds; ++r) {
+    // Where it waits: a wake from another worker's task is a cross wake.
+    mine->last_worker.store(spindle::detail::current_worker_index(), std::memory_order_relaxed);
     co_await mine->ev;
     mine->ev.reset();
     std::size_t here = spindle::detail::current_worker_index();
-    mine->last_worker.store(here, std::memory_order_relaxed);
     spin_work(200);
     if ((hops->fetch_add(1, std::memory_order_relaxed) & 255) == 0) progress();
     if (next->last_worker.load(std::memory_order_relaxed) != here) {
@@ -320,14 +367,17 @@ task<void> ring_member(ring_slot* mine, ring_slot* next, long rounds, std::atomi
     next->ev.set();
     // Yielding puts this task in the ring, where idle workers steal it: the
     // members spread over the workers instead of following the token.
-    if (r % 2 == 0) co_await spindle::yield_now();
+    co_await spindle::yield_now();
   }
 }
 
 TEST(Stress, TokenRingsWakeAcrossWorkers) {
-  constexpr int rings = 4;
+  // Fewer rings than workers: the idle workers steal the members that
+  // yield after passing the token, so that a member often waits on another
+  // worker than the one its waker runs on.
+  constexpr int rings = 2;
   constexpr int members = 8;
-  long const rounds = scaled(5'000, 200);  // 4 x 8 x 5,000 = 160,000 wakes
+  long const rounds = scaled(10'000, 400);  // 2 x 8 x 10,000 = 160,000 wakes
   std::vector<std::unique_ptr<ring_slot[]>> slots;
   std::atomic<long> hops{0};
   std::atomic<long> cross{0};
@@ -345,6 +395,9 @@ TEST(Stress, TokenRingsWakeAcrossWorkers) {
   for (auto& h : hs)
     spindle_test::wait_and_take(h, 300s);
   EXPECT_EQ(hops.load(), rings * members * rounds);
+  // The claim in the name: some tokens were passed to a member waiting on
+  // another worker (0 when every wake stays on the waker's worker).
+  EXPECT_GT(cross.load(), 0) << "no wake crossed workers";
   std::printf("%ld hops, %ld woke a task last run on another worker, %llu tasks stolen\n",
               hops.load(), cross.load(), static_cast<unsigned long long>(rt.stats().total_stolen));
 }
@@ -414,6 +467,7 @@ TEST(Stress, BarrierRoundsWakeAcrossWorkers) {
   for (auto& h : hs)
     spindle_test::wait_and_take(h, 300s);
   EXPECT_EQ(st.wakes.load(), rounds * (n + 1));
+  EXPECT_GT(st.cross.load(), 0) << "no wake crossed workers";
   std::printf("%ld wakes, %ld from another worker than the wakee last ran on, %llu stolen\n",
               st.wakes.load(), st.cross.load(),
               static_cast<unsigned long long>(rt.stats().total_stolen));
