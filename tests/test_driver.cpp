@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
 
 #include "io_test_support.hpp"
 #include "spindle/detail/driver.hpp"
@@ -279,8 +280,23 @@ TEST_F(UringDriver, ParkReturnsOnUnpark) {
   drv->shutdown();
 }
 
+// Descriptors this process has open (the driver's rings and eventfds).
+long open_descriptors() {
+  long n = 0;
+  for ([[maybe_unused]] auto const& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
 TEST_F(UringDriver, StopWithoutStartAndTwice) {
+  // Worker 0 starts and stops twice, worker 1 never starts; shutdown runs
+  // twice, and the destructor after it. Each ring and eventfd is closed
+  // exactly once: the descriptors come back to their count before the
+  // driver, and no descriptor the driver no longer owns is closed (a second
+  // close would take one opened meanwhile: `canary` must survive).
+  long const before = open_descriptors();
   auto drv = make(2);
+  EXPECT_GT(open_descriptors(), before) << "the driver holds no ring";
   std::thread worker([&] {
     drv->on_worker_start(0);
     drv->on_worker_stop(0);
@@ -289,7 +305,13 @@ TEST_F(UringDriver, StopWithoutStartAndTwice) {
   worker.join();
   drv->unpark(1);  // never started: harmless
   drv->shutdown();
-  drv->shutdown();
+  int const canary = ::eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(canary, 0);
+  drv->shutdown();  // idempotent
+  drv.reset();
+  EXPECT_EQ(::fcntl(canary, F_GETFD), FD_CLOEXEC) << "a descriptor was closed twice";
+  ::close(canary);
+  EXPECT_EQ(open_descriptors(), before) << "a ring or eventfd leaked";
 }
 
 // --- the thread pool on its own ----------------------------------------------

@@ -17,6 +17,10 @@ std::size_t runtime::worker_count() const noexcept {
   return sched_->worker_count();
 }
 
+runtime_config const& runtime::config() const noexcept {
+  return sched_->config();
+}
+
 spindle::io_backend runtime::io_backend_in_use() const noexcept {
   return sched_->backend();
 }

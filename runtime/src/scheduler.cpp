@@ -147,6 +147,9 @@ scheduler::scheduler(runtime_config const& config)
       blocking_(*this, config.max_blocking_threads, config.blocking_keep_alive) {
   config_.workers = resolve_workers(config.workers);
   config_.budget = core_.budget();
+  idle_tiers const tiers = idle_tiers_of(config);
+  config_.idle_spins = tiers.spins;
+  config_.idle_yields = tiers.yields;
   // SPINDLE_CACHED_READS=0 turns the cached-read path off (for comparing
   // the I/O drivers themselves with an unchanged program).
   if (char const* env = std::getenv("SPINDLE_CACHED_READS");

@@ -67,6 +67,7 @@ class scheduler final : public core_platform {
   [[nodiscard]] std::size_t worker_count() const noexcept { return core_.worker_count(); }
   [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
   [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
+  [[nodiscard]] runtime_config const& config() const noexcept { return config_; }
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
   void unpark(std::size_t index) noexcept;

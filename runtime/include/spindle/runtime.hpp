@@ -202,6 +202,10 @@ class runtime {
   [[nodiscard]] std::size_t worker_count() const noexcept;
   /// The I/O backend chosen at construction; never `automatic`.
   [[nodiscard]] spindle::io_backend io_backend_in_use() const noexcept;
+  /// The configuration in force (any thread): what was given, with `workers`
+  /// resolved (0 becomes the core count), `budget` at least 1, and the
+  /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE).
+  [[nodiscard]] runtime_config const& config() const noexcept;
 
   /// The scheduler (for io/ and tests).
   [[nodiscard]] detail::scheduler* scheduler_handle() const noexcept { return sched_.get(); }
