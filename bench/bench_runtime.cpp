@@ -141,6 +141,25 @@ class done_signal {
   std::atomic<bool> done_{false};
 };
 
+// The measuring thread only waits: every workload's root is spawned onto the
+// workers and the thread sleeps on a done_signal (or a root that signals),
+// never inside block_on, where it would run queued tasks itself while every
+// worker is busy, a third thread that Tokio's block_on does not give (its
+// block_on thread polls the block_on future alone). The peers do the same.
+
+/// Runs `root` on the workers and waits for it from this thread, without
+/// helping: the root sets `done` when it has finished.
+task<void> then_signal(task<void> root, done_signal* done) {
+  co_await std::move(root);
+  done->set();
+}
+
+void run_and_wait(runtime& rt, task<void> root, done_signal& done) {
+  done.reset();
+  static_cast<void>(rt.spawn(then_signal(std::move(root), &done)));
+  done.wait();
+}
+
 // spawn_many_local: inside the runtime spawn 10,000 tasks that decrement an
 // atomic; the last one signals completion.
 task<void> count_down(std::atomic<int>* remaining, done_signal* done) {
@@ -160,7 +179,8 @@ void spawn_many_local(benchmark::State& state) {
   for (auto _ : state) {
     std::atomic<int> remaining{num_spawn};
     done.reset();
-    rt.block_on(spawn_detached(num_spawn, &remaining, &done));
+    // A spawned root (on a worker) spawns: local spawns, as Tokio's peer's.
+    static_cast<void>(rt.spawn(spawn_detached(num_spawn, &remaining, &done)));
     done.wait();
   }
   state.SetItemsProcessed(state.iterations() * num_spawn);
@@ -181,10 +201,12 @@ task<void> join_all(std::vector<join_handle<void>>* handles) {
 void spawn_many_remote(benchmark::State& state, runtime& rt) {
   std::vector<join_handle<void>> handles;
   handles.reserve(num_spawn);
+  done_signal done;
   for (auto _ : state) {
     for (int i = 0; i < num_spawn; ++i)
       handles.push_back(rt.spawn(nothing()));
-    rt.block_on(join_all(&handles));
+    // The joins run in a task on the workers; this thread only waits.
+    run_and_wait(rt, join_all(&handles), done);
     handles.clear();
   }
   state.SetItemsProcessed(state.iterations() * num_spawn);
@@ -235,8 +257,9 @@ task<void> yield_many_root() {
 
 void yield_many(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
+  done_signal done;
   for (auto _ : state)
-    rt.block_on(yield_many_root());
+    run_and_wait(rt, yield_many_root(), done);
   state.SetItemsProcessed(state.iterations() * 200 * 1000);
 }
 
@@ -272,7 +295,7 @@ void ping_pong(benchmark::State& state) {
   for (auto _ : state) {
     std::atomic<int> remaining{rounds};
     done.reset();
-    rt.block_on(ping_pong_root(rounds, &remaining, &done));
+    static_cast<void>(rt.spawn(ping_pong_root(rounds, &remaining, &done)));
     done.wait();
   }
   state.SetItemsProcessed(state.iterations() * rounds);
@@ -301,7 +324,7 @@ void chained_spawn(benchmark::State& state) {
   done_signal done;
   for (auto _ : state) {
     done.reset();
-    rt.block_on(chain_link(1000, &done));
+    static_cast<void>(rt.spawn(chain_link(1000, &done)));
     done.wait();
   }
   state.SetItemsProcessed(state.iterations() * 1000);
@@ -327,15 +350,19 @@ task<long> spawn_await_loop(int n, std::uint64_t* steady_allocations) {
   co_return sum;
 }
 
-task<long> on_a_worker(int n, std::uint64_t* steady_allocations) {
-  co_return co_await spindle::spawn(spawn_await_loop(n, steady_allocations));
+task<void> spawn_await_root(std::uint64_t* steady_allocations, long* sum) {
+  *sum = co_await spawn_await_loop(spawn_await_pairs, steady_allocations);
 }
 
 void spawn_await(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
   std::uint64_t steady_allocations = 0;
-  for (auto _ : state)
-    benchmark::DoNotOptimize(rt.block_on(on_a_worker(spawn_await_pairs, &steady_allocations)));
+  done_signal done;
+  long sum = 0;
+  for (auto _ : state) {
+    run_and_wait(rt, spawn_await_root(&steady_allocations, &sum), done);
+    benchmark::DoNotOptimize(sum);
+  }
   state.SetItemsProcessed(state.iterations() * spawn_await_pairs);
   // The allocations of the last iteration (allocations on other threads in
   // the same window would count too: the runtime is otherwise idle).
@@ -352,11 +379,21 @@ task<long> fib(int n) {
   co_return a + b;
 }
 
+task<void> fib_root(int n, long* out) {
+  *out = co_await fib(n);
+}
+
 void fib_fork_join(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
   int n = static_cast<int>(state.range(1));
-  for (auto _ : state)
-    benchmark::DoNotOptimize(rt.block_on(fib(n)));
+  done_signal done;
+  long result = 0;
+  for (auto _ : state) {
+    // The root on a worker, this thread waiting (Tokio's peer: spawn, then
+    // block_on the join handle), so that 2 threads compute, not 3.
+    run_and_wait(rt, fib_root(n, &result), done);
+    benchmark::DoNotOptimize(result);
+  }
 }
 
 // memory_per_task: RSS growth per task with 1,000,000 spawned tasks that are

@@ -10,6 +10,12 @@
 //!   {"system": "tokio", "workers": N, "results": [
 //!      {"workload": NAME, "unit": UNIT, "samples": [v, ...]}, ...]}
 //! Each sample is the mean over enough iterations to last --min-time.
+//!
+//! As in spindle's bench_runtime, the measuring thread only waits: every
+//! workload's root runs in a spawned task on the workers (its spawns go to
+//! that worker's local queue) and the thread sleeps on a channel or in
+//! block_on of the root's JoinHandle, so that the workers alone do the work
+//! (block_on of the workload itself would poll it on a third thread).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -61,7 +67,9 @@ fn stall() {
 fn spawn_many_local(rt: &Runtime) {
     let (tx, rx) = mpsc::sync_channel(1);
     let rem = Arc::new(AtomicUsize::new(NUM_SPAWN));
-    rt.block_on(async {
+    // The spawns come from a task on a worker: its local run queue (spawns
+    // from block_on's future would all go through the inject queue).
+    rt.spawn(async move {
         for _ in 0..NUM_SPAWN {
             let tx = tx.clone();
             let rem = rem.clone();
@@ -71,8 +79,8 @@ fn spawn_many_local(rt: &Runtime) {
                 }
             });
         }
-        rx.recv().unwrap();
     });
+    rx.recv().unwrap();
 }
 
 fn spawn_many_remote(rt: &Runtime) {
@@ -80,26 +88,33 @@ fn spawn_many_remote(rt: &Runtime) {
     for _ in 0..NUM_SPAWN {
         handles.push(rt.spawn(async {}));
     }
-    rt.block_on(async {
+    // The joins run in a task on the workers; this thread only waits.
+    let (tx, rx) = mpsc::sync_channel(1);
+    rt.spawn(async move {
         for handle in handles.drain(..) {
             handle.await.unwrap();
         }
+        tx.send(()).unwrap();
     });
+    rx.recv().unwrap();
 }
 
 fn yield_many(rt: &Runtime) {
     const TASKS: usize = 200;
     const YIELDS: usize = 1_000;
     let (tx, rx) = mpsc::sync_channel(TASKS);
-    for _ in 0..TASKS {
-        let tx = tx.clone();
-        rt.spawn(async move {
-            for _ in 0..YIELDS {
-                tokio::task::yield_now().await;
-            }
-            tx.send(()).unwrap();
-        });
-    }
+    // Spawned from a task on a worker, as spindle's root spawns them.
+    rt.spawn(async move {
+        for _ in 0..TASKS {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                for _ in 0..YIELDS {
+                    tokio::task::yield_now().await;
+                }
+                tx.send(()).unwrap();
+            });
+        }
+    });
     for _ in 0..TASKS {
         rx.recv().unwrap();
     }
@@ -109,8 +124,8 @@ fn ping_pong(rt: &Runtime) {
     const ROUNDS: usize = 1_000;
     let (done_tx, done_rx) = mpsc::sync_channel(1);
     let rem = Arc::new(AtomicUsize::new(ROUNDS));
-    rt.block_on(async {
-        tokio::spawn(async move {
+    {
+        rt.spawn(async move {
             for _ in 0..ROUNDS {
                 let rem = rem.clone();
                 let done_tx = done_tx.clone();
@@ -130,7 +145,7 @@ fn ping_pong(rt: &Runtime) {
             }
         });
         done_rx.recv().unwrap();
-    });
+    }
 }
 
 fn chain(done: mpsc::SyncSender<()>, left: usize) {
@@ -143,10 +158,8 @@ fn chain(done: mpsc::SyncSender<()>, left: usize) {
 
 fn chained_spawn(rt: &Runtime) {
     let (done_tx, done_rx) = mpsc::sync_channel(1);
-    rt.block_on(async {
-        tokio::spawn(async move { chain(done_tx, 1_000) });
-        done_rx.recv().unwrap();
-    });
+    rt.spawn(async move { chain(done_tx, 1_000) });
+    done_rx.recv().unwrap();
 }
 
 const SPAWN_AWAIT_PAIRS: usize = 100_000;
@@ -298,7 +311,9 @@ fn main() {
                 let n: u32 = if name == "fib_30" { 30 } else { 35 };
                 let rt = runtime(workers);
                 let s = measure(reps, min_time, 1e-6, 1.0, || {
-                    let v = rt.block_on(fib(n));
+                    // The root on a worker (block_on(fib) would run it on
+                    // this thread: 3 threads computing on 2 workers).
+                    let v = rt.block_on(rt.spawn(fib(n))).unwrap();
                     assert!(v > 0);
                 });
                 ("ms", s)
