@@ -109,9 +109,11 @@ TEST(Core, TheGlobalQueueIsCheckedEveryIntervalPollsDespiteLocalWork) {
   for (int i = 0; i < 200; ++i)
     f.core.end_tick(w, 1, 10'000'000);  // interval 8
   ASSERT_EQ(w->global_interval, 8u);
-  w->polls_since_global = 0;
   for (std::size_t i = 0; i < 20; ++i)
     f.core.schedule_local(w, f.tasks[i], /*is_yield=*/true);  // ring
+  // A yield makes the next pick check the global queue (tested below):
+  // start the count after the pushes.
+  w->polls_since_global = 0;
   f.core.inject.push(f.tasks[100]);
   int polls = 0;
   for (;;) {
@@ -121,6 +123,20 @@ TEST(Core, TheGlobalQueueIsCheckedEveryIntervalPollsDespiteLocalWork) {
     if (t == f.tasks[100]) break;
   }
   EXPECT_EQ(polls, 8) << "the remote task waited more than the interval's polls";
+}
+
+TEST(Core, AYieldLetsTheGlobalQueueIn) {
+  core_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
+  w->polls_since_global = 0;
+  f.core.inject.push(f.tasks[1]);
+  // The interval (20 polls) has not passed: the ring's task first.
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+  // It yields: the next pick takes the global queue's task before it.
+  f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
+  EXPECT_EQ(f.core.next_task(w), f.tasks[1]);
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
 }
 
 TEST(Core, AGlobalBatchIsAtMost32Tasks) {

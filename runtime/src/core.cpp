@@ -26,7 +26,14 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     return;
   }
   task_header* to_ring = task;
-  if (!is_yield) {
+  if (is_yield) {
+    // A task that yields (or was woken while it ran) lets the global queue
+    // in: the next pick checks it, whatever the interval says. Without this
+    // a worker whose ring holds only tasks that yield in a loop took 32
+    // remote tasks per interval (about 1 ms of their polls), and a burst of
+    // remote spawns waited tens of milliseconds (spawn_many_remote_busy).
+    w->polls_since_global = w->global_interval;
+  } else {
     to_ring = std::exchange(w->lifo_slot, task);
     if (to_ring == nullptr) {
       // Wake-on-hoard (seed 000): a worker that keeps scheduling locally

@@ -76,7 +76,9 @@ class scheduler_core {
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
 
   /// Queues a task made runnable by worker `w`'s thread: the LIFO slot
-  /// (the displaced task to the ring), or the back of the ring for a yield.
+  /// (the displaced task to the ring), or the back of the ring for a yield
+  /// (or a task woken while it ran), after which the next pick checks the
+  /// global queue first.
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
   /// Queues a task from outside the workers (or a parking worker): the
   /// global queue, then wakes a parked worker if nobody searches.
