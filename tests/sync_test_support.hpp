@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "runtime_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"

@@ -29,7 +29,8 @@
 #include <sys/eventfd.h>
 
 #include "io_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
+#include "make_driver.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/io.hpp"
 #include "spindle/runtime.hpp"
@@ -198,19 +199,35 @@ TEST(DriverFactory, FallsBackToThreadpoolWhenUringIsRefused) {
 
 // --- the uring driver on its own ------------------------------------------
 
+/// The io_host of drivers driven by hand, without a runtime: a thread that
+/// called start_worker(drv, i) counts as worker i; completions wake their
+/// tasks (finished_task below: the wake does nothing).
+class hand_host final : public spindle::detail::io_host {
+ public:
+  static thread_local std::size_t self;
+  std::size_t current_worker() const noexcept override { return self; }
+  void unpark(std::size_t index) noexcept override { unparked.fetch_add(index + 1); }
+  void count_completions(std::size_t, std::size_t n) noexcept override { completions.fetch_add(n); }
+  void wake(spindle::detail::task_header* task) noexcept override { spindle::detail::wake(task); }
+  std::atomic<std::size_t> unparked{0};
+  std::atomic<std::size_t> completions{0};
+};
+thread_local std::size_t hand_host::self = spindle::detail::not_a_worker;
+
+/// Worker `index` of `drv` starts on the calling thread.
+void start_worker(spindle::detail::driver& drv, std::size_t index) {
+  drv.on_worker_start(index);
+  hand_host::self = index;
+}
+
 class UringDriver : public ::testing::Test {
  protected:
-  void SetUp() override {
-    SKIP_WITHOUT_URING();
-    // A runtime only to have a scheduler to hand to make_driver; the drivers
-    // made here are driven by hand.
-    rt_.emplace(runtime_config{.workers = 1, .io = io_backend::threadpool});
-  }
+  void SetUp() override { SKIP_WITHOUT_URING(); }
   std::unique_ptr<spindle::detail::driver> make(std::size_t workers) {
-    return spindle::detail::make_driver(*rt_->scheduler_handle(),
-                                        runtime_config{.io = io_backend::uring}, workers);
+    return spindle::io::detail::make_driver(
+        host_, runtime_config{.workers = workers, .io = io_backend::uring});
   }
-  std::optional<runtime> rt_;
+  hand_host host_;
 };
 
 TEST_F(UringDriver, BackendAndSetupFlags) {
@@ -236,7 +253,7 @@ TEST_F(UringDriver, UnusedDriverReleasesEverything) {
 TEST_F(UringDriver, ParkReturnsAtItsDeadline) {
   auto drv = make(1);
   std::thread worker([&] {
-    drv->on_worker_start(0);
+    start_worker(*drv, 0);
     auto now_ns = [] {
       return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                             std::chrono::steady_clock::now().time_since_epoch())
@@ -257,7 +274,7 @@ TEST_F(UringDriver, ParkReturnsOnUnpark) {
   auto drv = make(1);
   std::atomic<int> phase{0};
   std::thread worker([&] {
-    drv->on_worker_start(0);
+    start_worker(*drv, 0);
     EXPECT_FALSE(drv->park_in_driver(0));
     EXPECT_EQ(drv->poll(0), 0u);
     phase = 1;
@@ -298,7 +315,7 @@ TEST_F(UringDriver, StopWithoutStartAndTwice) {
   auto drv = make(2);
   EXPECT_GT(open_descriptors(), before) << "the driver holds no ring";
   std::thread worker([&] {
-    drv->on_worker_start(0);
+    start_worker(*drv, 0);
     drv->on_worker_stop(0);
     drv->on_worker_stop(0);  // idempotent
   });
@@ -317,13 +334,12 @@ TEST_F(UringDriver, StopWithoutStartAndTwice) {
 // --- the thread pool on its own ----------------------------------------------
 
 TEST(ThreadpoolDriver, ThreadCount) {
-  runtime rt{runtime_config{.workers = 1, .io = io_backend::threadpool}};
-  auto* sched = rt.scheduler_handle();
+  hand_host host;
   using spindle::io::detail::threadpool_driver;
-  EXPECT_EQ(threadpool_driver(*sched, 1, 0).thread_count(), 4u);
-  EXPECT_EQ(threadpool_driver(*sched, 3, 0).thread_count(), 6u);
-  EXPECT_EQ(threadpool_driver(*sched, 3, 2).thread_count(), 2u);
-  threadpool_driver drv(*sched, 1, 1);
+  EXPECT_EQ(threadpool_driver(host, 1, 0).thread_count(), 4u);
+  EXPECT_EQ(threadpool_driver(host, 3, 0).thread_count(), 6u);
+  EXPECT_EQ(threadpool_driver(host, 3, 2).thread_count(), 2u);
+  threadpool_driver drv(host, 1, 1);
   EXPECT_EQ(drv.backend(), io_backend::threadpool);
   EXPECT_FALSE(drv.park_in_driver(0));
   EXPECT_EQ(drv.poll(0), 0u);
@@ -454,8 +470,7 @@ TEST(UringRing, MoreOperationsThanRingEntries) {
 
 // --- cancellation (join_handle::abort) on hand-driven drivers -----------------
 
-using spindle::io::detail::cancel_done;
-using spindle::io::detail::io_driver;
+using spindle::io::detail::cancel_state;
 using spindle::io::detail::io_op;
 using spindle::io::detail::op_code;
 
@@ -467,7 +482,7 @@ struct finished_task {
 };
 
 bool op_done(io_op const& op) {
-  return op.cancel.load(std::memory_order_acquire) == cancel_done;
+  return op.cancel.load(std::memory_order_acquire) == cancel_state::done;
 }
 
 /// Waits (bounded) for `op` to complete while `drive` runs a step of the
@@ -485,8 +500,7 @@ bool drive_until_done(io_op const& op, Step step) {
 
 TEST_F(UringDriver, CancelWithdrawsOpsStillOnTheRemoteList) {
   auto drv = make(1);  // worker 0 never starts: this thread's ops wait on its remote list
-  auto* io = dynamic_cast<io_driver*>(drv.get());
-  ASSERT_NE(io, nullptr);
+  spindle::detail::driver* io = drv.get();
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
   finished_task t;
@@ -497,7 +511,7 @@ TEST_F(UringDriver, CancelWithdrawsOpsStillOnTheRemoteList) {
     op.buffer = buffer;
     op.length = sizeof buffer;
     op.task = &t.header;
-    op.driver = io;
+    op.owner = io;
   };
   io_op a, b, c, d;
   for (io_op* op : {&a, &b, &c})
@@ -521,7 +535,7 @@ TEST_F(UringDriver, CancelWithdrawsOpsStillOnTheRemoteList) {
   close_op.code = op_code::close;
   close_op.fd = p[1];
   close_op.task = &t.header;
-  close_op.driver = io;
+  close_op.owner = io;
   ASSERT_TRUE(io->submit(close_op));
   EXPECT_TRUE(io->cancel(close_op));
   EXPECT_EQ(::read(p[0], buffer, sizeof buffer), 0) << "the write end is still open";
@@ -538,8 +552,7 @@ class UringCancel : public UringDriver, public ::testing::WithParamInterface<can
 
 TEST_P(UringCancel, InterruptsAPipeReadInTheRing) {
   auto drv = make(1);
-  auto* io = dynamic_cast<io_driver*>(drv.get());
-  ASSERT_NE(io, nullptr);
+  spindle::detail::driver* io = drv.get();
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
   finished_task t;
@@ -550,11 +563,11 @@ TEST_P(UringCancel, InterruptsAPipeReadInTheRing) {
   op.buffer = buffer;
   op.length = sizeof buffer;
   op.task = &t.header;
-  op.driver = io;
+  op.owner = io;
   std::atomic<int> phase{0};
   bool completed = false;
   std::thread worker([&] {
-    drv->on_worker_start(0);
+    start_worker(*drv, 0);
     EXPECT_TRUE(io->submit(op));  // this thread is worker 0: straight into its ring
     drv->poll(0);                 // submitted: waits on the empty pipe in the kernel
     if (GetParam() == cancel_from::worker_itself) {
@@ -598,9 +611,9 @@ INSTANTIATE_TEST_SUITE_P(From, UringCancel,
                          });
 
 TEST(ThreadpoolDriver, CancelWithdrawsQueuedOpsAndInterruptsARunningPipeRead) {
-  runtime rt{runtime_config{.workers = 1, .io = io_backend::threadpool}};
+  hand_host host;
   using spindle::io::detail::threadpool_driver;
-  threadpool_driver drv(*rt.scheduler_handle(), 1, 1);  // a single pool thread
+  threadpool_driver drv(host, 1, 1);  // a single pool thread
   finished_task t;
   int a[2];
   int b[2];
@@ -614,7 +627,7 @@ TEST(ThreadpoolDriver, CancelWithdrawsQueuedOpsAndInterruptsARunningPipeRead) {
     op.buffer = buffer;
     op.length = 8;
     op.task = &t.header;
-    op.driver = &drv;
+    op.owner = &drv;
   };
   bool interrupted = false;
   // `running` is withdrawn instead when cancel() comes before the pool

@@ -13,7 +13,7 @@
 
 #include "idle_state.hpp"
 #include "runtime_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 
 namespace {
 

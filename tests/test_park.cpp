@@ -11,7 +11,7 @@
 
 #include "park.hpp"
 #include "runtime_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/runtime.hpp"
 
 namespace {
@@ -53,6 +53,8 @@ class fake_driver final : public spindle::detail::driver {
   }
   void on_worker_stop(std::size_t) noexcept override {}
   void shutdown() noexcept override {}
+  bool submit(spindle::detail::io_op&) noexcept override { return false; }  // never called here
+  bool cancel(spindle::detail::io_op&) noexcept override { return false; }
   std::uint64_t last_deadline = 0;
 
   bool wait_in_park(std::chrono::milliseconds limit = 10s) {

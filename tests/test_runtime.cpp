@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/io/file.hpp"
 #include "spindle/runtime.hpp"
@@ -237,7 +237,7 @@ TEST(Runtime, WithoutPinThreadsWorkersKeepTheProcessAffinity) {
 TEST(Runtime, MoreThan64Workers) {
   // The parked bitmap spans three words: all 130 workers park, and work
   // spawned afterwards still gets done and lets them park again.
-  spindle::runtime rt{{.workers = 130, .blocking_threads = 4}};
+  spindle::runtime rt{{.workers = 130, .io_pool_threads = 4}};
   EXPECT_EQ(rt.worker_count(), 130u);
   ASSERT_TRUE(spindle_test::wait_until([&] { return rt.stats().total_parked >= 130; }))
       << "idle workers did not all park";

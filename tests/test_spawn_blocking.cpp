@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"
@@ -662,9 +662,9 @@ TEST(SpawnBlocking, InvalidConfigThrowsInvalidArgument) {
 }
 
 TEST(SpawnBlocking, IoBackendThreadsAreNotBlockingPoolThreads) {
-  // blocking_threads sizes the thread-pool I/O backend; the spawn_blocking
+  // io_pool_threads sizes the thread-pool I/O backend; the spawn_blocking
   // pool is separate and starts empty.
-  spindle::runtime rt{{.workers = 1, .io = spindle::io_backend::threadpool, .blocking_threads = 6}};
+  spindle::runtime rt{{.workers = 1, .io = spindle::io_backend::threadpool, .io_pool_threads = 6}};
   EXPECT_EQ(rt.stats().blocking_threads, 0u);
   auto h = rt.spawn_blocking([] { return 1; });
   EXPECT_EQ(wait_and_take(h), 1);

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/io/file.hpp"
 #include "spindle/oneshot.hpp"

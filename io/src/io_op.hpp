@@ -5,13 +5,14 @@
 // task, list links, cancellation state) that lives in the awaiting
 // coroutine's frame: drivers never allocate per operation. `op_awaiter` fills
 // it, records the task with detail::suspend_current, installs the task's
-// cancel hook, then hands it to the driver of the current scheduler through
-// io_driver::submit. A driver completes the op by storing its result (>= 0,
-// or -errno as the kernel reports it) and calling detail::wake(op->task); the
-// task then resumes in await_resume and reads the result.
+// cancel hook, then hands it to the driver of the current runtime through
+// driver::submit (runtime/src/driver.hpp, which declares io_op opaque). A
+// driver completes the op by storing its result (>= 0, or -errno as the
+// kernel reports it) and calling io_host::wake(op->task); the task then
+// resumes in await_resume and reads the result.
 //
 // Cancellation (join_handle::abort of a task suspended here): the scheduler
-// calls the hook, which calls io_driver::cancel(op) on the aborting thread.
+// calls the hook, which calls driver::cancel(op) on the aborting thread.
 // An op no driver thread has taken yet (still queued) is unlinked and the
 // task's frame is destroyed at once. An op already in the kernel or on a pool
 // thread is asked to stop (IORING_OP_ASYNC_CANCEL; for a pipe or socket wait
@@ -45,9 +46,8 @@
 #include <cstdint>
 #include <system_error>
 
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/detail/task_header.hpp"
-#include "spindle/runtime.hpp"
 
 namespace spindle::io::detail {
 
@@ -65,19 +65,25 @@ enum class op_code : std::uint8_t {
 /// counts, as with pread/pwrite.
 inline constexpr std::uint32_t max_rw_count = 0x7ffff000u;
 
-class io_driver;
-
 /// Where an op's cancellation stands (io_op::cancel). Moves forward only.
-enum cancel_state : std::uint8_t {
-  cancel_none,       ///< not asked to cancel
-  cancel_requested,  ///< asked; the driver thread that owns the op has not acted yet
-  cancel_sent,       ///< the owning driver thread issued the cancellation
-  cancel_done,       ///< completed (result stored): nothing left to cancel
+enum class cancel_state : std::uint8_t {
+  none,       ///< not asked to cancel
+  requested,  ///< asked; the driver thread that owns the op has not acted yet
+  sent,       ///< the owning driver thread issued the cancellation
+  done,       ///< completed (result stored): nothing left to cancel
 };
 
+}  // namespace spindle::io::detail
+
+namespace spindle::detail {
+
 /// One operation. Lives in the awaiting coroutine frame until it completes.
-/// Not copyable or movable: drivers hold its address.
+/// Not copyable or movable: drivers hold its address. Declared (opaque) by
+/// the runtime's driver interface, defined here by the I/O layer.
 struct io_op {
+  using op_code = io::detail::op_code;
+  using cancel_state = io::detail::cancel_state;
+
   op_code code = op_code::read;
   int fd = -1;
   int dir_fd = AT_FDCWD;                         ///< openat: the directory `path` is relative to
@@ -89,37 +95,24 @@ struct io_op {
   std::uint64_t offset = 0;                      ///< read/write file offset
   int result = 0;                                ///< >= 0 success, -errno failure
   spindle::detail::task_header* task = nullptr;  ///< woken on completion
-  io_driver* driver = nullptr;                   ///< the driver it was submitted to
+  driver* owner = nullptr;                       ///< the driver it was submitted to
   /// uring: the worker whose ring (or remote list) took the op, set by
   /// submit. Thread pool: the pool thread running it (under the pool mutex).
   std::uint32_t home = 0;
   bool queued = false;  ///< thread pool: in the job queue (guarded by its mutex)
   /// A cancel_state. Written by the aborting thread and the completing one.
-  std::atomic<std::uint8_t> cancel{cancel_none};
+  std::atomic<cancel_state> cancel{cancel_state::none};
   io_op* next = nullptr;  ///< driver list links (queues, in-flight list)
   io_op* prev = nullptr;
   io_op* cancel_next = nullptr;  ///< uring: a worker's list of cancellation requests
   io_op* cancel_prev = nullptr;
 };
 
-/// The submission side every io/ driver offers on top of detail::driver.
-class io_driver : public spindle::detail::driver {
- public:
-  /// Takes `op` (fully set up, op.task set). Returns true when the op will
-  /// complete later by waking op.task; after that the caller must not touch
-  /// the op. Returns false when it completed at once (op.result holds the
-  /// result, e.g. -ECANCELED during shutdown); the caller resumes directly.
-  virtual bool submit(io_op& op) noexcept = 0;
+}  // namespace spindle::detail
 
-  /// The cancel hook of an op that submit() took (true returned): called at
-  /// most once, on the aborting thread (any thread), while the op's task is
-  /// held so that it is neither resumed nor destroyed. Returns true when the
-  /// op was withdrawn before any driver thread took it (it will never
-  /// complete or wake the task; a close op's descriptor has been closed),
-  /// false when its completion will still wake the task (cancellation was
-  /// requested if the op can be interrupted, or it has completed already).
-  virtual bool cancel(io_op& op) noexcept = 0;
-};
+namespace spindle::io::detail {
+
+using spindle::detail::io_op;
 
 /// Awaits one io_op. `co_await op_awaiter{...}` yields the op's result
 /// (>= 0 or -errno). Throws std::system_error(EPERM) when awaited outside a
@@ -139,20 +132,19 @@ struct op_awaiter {
 
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> caller) {
-    spindle::detail::scheduler* sched = spindle::detail::current_scheduler();
+    spindle::detail::driver* drv = spindle::detail::current_driver();
     spindle::detail::task_header* self = spindle::detail::suspend_current(caller);
-    if (sched == nullptr || self == nullptr) {
+    if (drv == nullptr || self == nullptr) {
       throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                               "spindle::io: file I/O awaited outside a spindle task");
     }
-    auto& drv = static_cast<io_driver&>(spindle::detail::scheduler_driver(sched));
     op.task = self;
-    op.driver = &drv;
+    op.owner = drv;
     pending = true;
     // Before submit: once the driver has the op this awaiter must not touch
     // it, and the hook may run as soon as this poll returns.
     spindle::detail::set_cancel_hook(self, &op_awaiter::cancel_hook, &op);
-    if (drv.submit(op)) return true;  // `this` may be gone from here on
+    if (drv->submit(op)) return true;  // `this` may be gone from here on
     // Completed at once: the task keeps running; this suspension never was.
     spindle::detail::set_cancel_hook(self, nullptr, nullptr);
     return false;
@@ -164,7 +156,7 @@ struct op_awaiter {
 
   static bool cancel_hook(void* arg) noexcept {
     auto* op = static_cast<io_op*>(arg);
-    return op->driver->cancel(*op);
+    return op->owner->cancel(*op);
   }
 };
 

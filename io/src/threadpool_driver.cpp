@@ -13,10 +13,13 @@
 #include <cerrno>
 #include <system_error>
 
+#include "spindle/runtime.hpp"
+
 namespace spindle::io::detail {
 
-threadpool_driver::threadpool_driver(spindle::detail::scheduler& /*sched*/, std::size_t workers,
-                                     std::size_t threads) {
+threadpool_driver::threadpool_driver(spindle::detail::io_host& host, std::size_t workers,
+                                     std::size_t threads)
+    : host_(&host) {
   if (threads == 0) threads = std::max<std::size_t>(4, 2 * workers);
   auto close_fds = [this] {
     for (int fd : thread_fds_)
@@ -118,9 +121,9 @@ bool threadpool_driver::cancel(io_op& op) noexcept {
   }
   // Taken by pool thread op.home (read after the mutex: it was set under it),
   // or completed already. Only a stream wait can be interrupted.
-  std::uint8_t expected = cancel_none;
+  cancel_state expected = cancel_state::none;
   if ((op.code == op_code::read || op.code == op_code::write) &&
-      op.cancel.compare_exchange_strong(expected, cancel_requested, std::memory_order_acq_rel)) {
+      op.cancel.compare_exchange_strong(expected, cancel_state::requested, std::memory_order_acq_rel)) {
     std::uint64_t const one = 1;
     [[maybe_unused]] ssize_t const r = ::write(thread_fds_[op.home], &one, sizeof one);
   }
@@ -206,7 +209,7 @@ int threadpool_driver::stream_io(io_op& op, int wake_fd) noexcept {
       {wake_fd, POLLIN, 0},
   };
   auto const aborted = [&op] {
-    return op.cancel.load(std::memory_order_acquire) == cancel_requested;
+    return op.cancel.load(std::memory_order_acquire) == cancel_state::requested;
   };
   for (;;) {
     if (aborted()) return -ECANCELED;
@@ -243,10 +246,10 @@ void threadpool_driver::complete(io_op& op, int result) noexcept {
   op_code const code = op.code;
   spindle::detail::task_header* const task = op.task;
   op.result = result;
-  op.cancel.store(cancel_done, std::memory_order_release);
+  op.cancel.store(cancel_state::done, std::memory_order_release);
   wakes_in_progress_.fetch_add(1, std::memory_order_seq_cst);
   if (!stopping_.load(std::memory_order_seq_cst)) {
-    spindle::detail::wake(task);  // op may be freed from here on
+    host_->wake(task);  // op may be freed from here on
   } else if (code == op_code::openat && result >= 0) {
     ::close(result);  // nobody will resume the task to take the descriptor
     op.result = -ECANCELED;

@@ -15,7 +15,7 @@
 // Cancellation (join_handle::abort, through io_op's cancel hook): an op still
 // in the queue is unlinked (never run; a close op's descriptor is closed) and
 // the task's frame is destroyed at once. An op a pool thread is running is
-// marked cancel_requested and that thread's eventfd is signalled: a pipe or
+// marked cancel_state::requested and that thread's eventfd is signalled: a pipe or
 // socket wait ends with -ECANCELED; any other call (a regular-file pread, an
 // open, a close) just finishes. Either way its completion wakes the task and
 // the scheduler destroys the frame instead of resuming it. A signal that
@@ -48,13 +48,13 @@
 
 namespace spindle::io::detail {
 
-class threadpool_driver final : public io_driver {
+class threadpool_driver final : public spindle::detail::driver {
  public:
   /// Starts `threads` pool threads (0 = max(4, 2 x workers)) for the runtime
-  /// of `sched` (completions wake its tasks through detail::wake). Throws
+  /// of `host` (completions wake their tasks through io_host::wake). Throws
   /// std::system_error (EAGAIN, EMFILE, ...) when a thread or the
   /// cancellation eventfd cannot be created.
-  threadpool_driver(spindle::detail::scheduler& sched, std::size_t workers, std::size_t threads);
+  threadpool_driver(spindle::detail::io_host& host, std::size_t workers, std::size_t threads);
   ~threadpool_driver() override;
   threadpool_driver(threadpool_driver const&) = delete;
   threadpool_driver& operator=(threadpool_driver const&) = delete;
@@ -80,6 +80,7 @@ class threadpool_driver final : public io_driver {
   void complete(io_op& op, int result) noexcept;
   void begin_stop() noexcept;
 
+  spindle::detail::io_host* host_;  ///< completions wake their tasks through it
   std::mutex mutex_;
   std::condition_variable work_cv_;  ///< queue not empty, or stop_threads_
   std::condition_variable idle_cv_;  ///< queue empty and nothing running

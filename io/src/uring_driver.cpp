@@ -12,6 +12,8 @@
 #include <string>
 #include <system_error>
 
+#include "spindle/runtime.hpp"
+
 namespace spindle::io::detail {
 
 namespace {
@@ -38,14 +40,6 @@ constexpr unsigned setup_tiers[] = {
     0,
 };
 
-/// The worker of which driver the calling thread is (set by on_worker_start).
-struct thread_worker {
-  uring_driver const* driver = nullptr;
-  std::size_t index = 0;
-};
-// initial-exec: see this_thread_context (runtime/src/scheduler.cpp).
-[[gnu::tls_model("initial-exec")]] thread_local thread_worker this_thread_worker;
-
 [[noreturn]] void throw_errno(int err, char const* what) {
   throw std::system_error(err, std::system_category(),
                           std::string("spindle: io_uring unavailable: ") + what);
@@ -63,7 +57,7 @@ void cancel_unsubmitted(io_op* list) noexcept {
 
 }  // namespace
 
-struct alignas(64) uring_driver::worker {
+struct alignas(64) uring_driver::worker_ring {
   io_uring ring{};
   std::size_t index = 0;
   bool ring_open = false;   ///< io_uring_queue_init succeeded, not exited yet
@@ -83,7 +77,7 @@ struct alignas(64) uring_driver::worker {
   bool remote_closed = false;
   std::atomic<bool> remote_pending{false};
   /// Ops of this ring other threads want cancelled (doubly linked through
-  /// cancel_next/cancel_prev; each in state cancel_requested).
+  /// cancel_next/cancel_prev; each in state cancel_state::requested).
   io_op* cancel_head = nullptr;
   io_op* cancel_tail = nullptr;
   std::atomic<bool> cancel_pending{false};
@@ -137,28 +131,28 @@ struct alignas(64) uring_driver::worker {
     while (cancel_head != nullptr) {
       io_op* const op = cancel_head;
       unlink_cancel(op);
-      op->cancel.store(cancel_sent, std::memory_order_relaxed);
+      op->cancel.store(cancel_state::sent, std::memory_order_relaxed);
     }
   }
 };
 
-uring_driver::uring_driver(spindle::detail::scheduler& sched, std::size_t workers)
-    : sched_(&sched), worker_count_(workers), workers_(new worker[workers]) {
+uring_driver::uring_driver(spindle::detail::io_host& host, std::size_t workers)
+    : host_(&host), worker_count_(workers), rings_(new worker_ring[workers]) {
   for (std::size_t i = 0; i < workers; ++i)
-    workers_[i].index = i;
+    rings_[i].index = i;
 }
 
-std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::scheduler& sched,
+std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::io_host& host,
                                                  std::size_t workers, std::uint32_t entries) {
   if (workers == 0) workers = 1;
   if (entries == 0) entries = 256;
   if (entries > 32768) entries = 32768;  // IORING_MAX_ENTRIES
   std::uint32_t const cq_entries = entries * 4 > 65536 ? 65536 : entries * 4;
 
-  std::unique_ptr<uring_driver> d{new uring_driver(sched, workers)};
+  std::unique_ptr<uring_driver> d{new uring_driver(host, workers)};
   bool chosen = false;
   for (std::size_t i = 0; i < workers; ++i) {
-    worker& w = d->workers_[i];
+    worker_ring& w = d->rings_[i];
     int r = -EINVAL;
     if (!chosen) {
       for (unsigned flags : setup_tiers) {
@@ -202,7 +196,7 @@ std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::scheduler& sch
 uring_driver::~uring_driver() {
   shutdown();
   for (std::size_t i = 0; i < worker_count_; ++i) {
-    if (workers_[i].event_fd >= 0) ::close(workers_[i].event_fd);
+    if (rings_[i].event_fd >= 0) ::close(rings_[i].event_fd);
   }
 }
 
@@ -211,7 +205,7 @@ io_backend uring_driver::backend() const noexcept {
 }
 
 void uring_driver::on_worker_start(std::size_t index) {
-  worker& w = workers_[index];
+  worker_ring& w = rings_[index];
   if (setup_flags_ & IORING_SETUP_R_DISABLED) {
     // io_uring_enable_rings is declared but not exported by liburing 2.3's
     // shared library: register directly. This thread becomes the ring's
@@ -222,13 +216,12 @@ void uring_driver::on_worker_start(std::size_t index) {
     }
   }
   w.enabled = true;
-  this_thread_worker = thread_worker{this, index};
   arm_wake(w);
   int r = io_uring_submit(&w.ring);
   if (r < 0) throw_errno(-r, "io_uring_submit");
 }
 
-io_uring_sqe* uring_driver::acquire_sqe(worker& w) noexcept {
+io_uring_sqe* uring_driver::acquire_sqe(worker_ring& w) noexcept {
   for (;;) {
     if (io_uring_sqe* sqe = io_uring_get_sqe(&w.ring)) return sqe;
     // The submission queue is full: hand it to the kernel and retry.
@@ -249,12 +242,12 @@ io_uring_sqe* uring_driver::acquire_sqe(worker& w) noexcept {
     }
     // poll() reports what it reaps itself; these happen outside it.
     if (reaped != 0 && !w.stopping) {
-      spindle::detail::count_io_completions(sched_, w.index, reaped);
+      host_->count_completions(w.index, reaped);
     }
   }
 }
 
-void uring_driver::arm_wake(worker& w) noexcept {
+void uring_driver::arm_wake(worker_ring& w) noexcept {
   io_uring_sqe* sqe = acquire_sqe(w);
   if (sqe == nullptr) return;  // unpark then only works through completions
   io_uring_prep_read(sqe, w.event_fd, &w.wake_value, sizeof w.wake_value, 0);
@@ -262,7 +255,7 @@ void uring_driver::arm_wake(worker& w) noexcept {
   w.wake_armed = true;
 }
 
-int uring_driver::prepare(worker& w, io_op& op) noexcept {
+int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
   io_uring_sqe* sqe = acquire_sqe(w);
   if (sqe == nullptr) return errno;
   switch (op.code) {
@@ -289,12 +282,12 @@ int uring_driver::prepare(worker& w, io_op& op) noexcept {
 }
 
 bool uring_driver::submit(io_op& op) noexcept {
-  thread_worker const self = this_thread_worker;
-  if (self.driver == this) {
-    // Fast path: the calling thread is worker `self.index`: fill an SQE of its
+  std::size_t const self = host_->current_worker();
+  if (self != spindle::detail::not_a_worker) {
+    // Fast path: the calling thread is worker `self`: fill an SQE of its
     // own ring. poll() (tick end) or park() submits the batch.
-    op.home = static_cast<std::uint32_t>(self.index);
-    if (int const err = prepare(workers_[self.index], op); err != 0) {
+    op.home = static_cast<std::uint32_t>(self);
+    if (int const err = prepare(rings_[self], op); err != 0) {
       op.result = -err;
       return false;
     }
@@ -303,7 +296,7 @@ bool uring_driver::submit(io_op& op) noexcept {
 
   // A thread that is not one of our workers (block_on): go through a worker.
   std::size_t const i = next_remote_.fetch_add(1, std::memory_order_relaxed) % worker_count_;
-  worker& w = workers_[i];
+  worker_ring& w = rings_[i];
   op.home = static_cast<std::uint32_t>(i);
   {
     std::lock_guard lock(w.remote_mutex);
@@ -321,11 +314,11 @@ bool uring_driver::submit(io_op& op) noexcept {
     w.remote_pending.store(true, std::memory_order_release);
   }
   // From here on `op` may complete and its frame resume at any time.
-  spindle::detail::unpark_worker(sched_, i);
+  host_->unpark(i);
   return true;
 }
 
-void uring_driver::drain_remote(worker& w) noexcept {
+void uring_driver::drain_remote(worker_ring& w) noexcept {
   if (!w.remote_pending.load(std::memory_order_acquire)) return;
   io_op* list = nullptr;
   {
@@ -344,8 +337,8 @@ void uring_driver::drain_remote(worker& w) noexcept {
 }
 
 bool uring_driver::cancel(io_op& op) noexcept {
-  worker& w = workers_[op.home];
-  bool const own = this_thread_worker.driver == this && this_thread_worker.index == op.home;
+  worker_ring& w = rings_[op.home];
+  bool const own = host_->current_worker() == op.home;
   bool requested = false;
   {
     std::lock_guard lock(w.remote_mutex);
@@ -360,23 +353,23 @@ bool uring_driver::cancel(io_op& op) noexcept {
     // finishes promptly and must not be cancelled (the descriptor would leak).
     if (w.remote_closed || op.code == op_code::close) return false;
     if (!own) {
-      std::uint8_t expected = cancel_none;
+      cancel_state expected = cancel_state::none;
       requested =
-          op.cancel.compare_exchange_strong(expected, cancel_requested, std::memory_order_acq_rel);
+          op.cancel.compare_exchange_strong(expected, cancel_state::requested, std::memory_order_acq_rel);
       if (requested) w.link_cancel(&op);  // finish() unlinks it if the op completes first
     }
   }
   if (requested) {
-    spindle::detail::unpark_worker(sched_, op.home);  // its next poll/park issues the cancel
+    host_->unpark(op.home);  // its next poll/park issues the cancel
     return false;
   }
-  std::uint8_t expected = cancel_none;
-  if (own && op.cancel.compare_exchange_strong(expected, cancel_sent, std::memory_order_acq_rel)) {
+  cancel_state expected = cancel_state::none;
+  if (own && op.cancel.compare_exchange_strong(expected, cancel_state::sent, std::memory_order_acq_rel)) {
     // Worker i itself (the single issuer): prepare the cancel now; the tick
     // end or the next park submits it. acquire_sqe may reap (and wake) the op
     // itself, but its frame lives on: the caller holds the task.
     if (io_uring_sqe* sqe = acquire_sqe(w)) {
-      if (op.cancel.load(std::memory_order_acquire) == cancel_done) {
+      if (op.cancel.load(std::memory_order_acquire) == cancel_state::done) {
         io_uring_prep_nop(sqe);
       } else {
         io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(&op), 0);
@@ -387,7 +380,7 @@ bool uring_driver::cancel(io_op& op) noexcept {
   return false;  // the op's completion wakes the task
 }
 
-void uring_driver::drain_cancels(worker& w) noexcept {
+void uring_driver::drain_cancels(worker_ring& w) noexcept {
   while (w.cancel_pending.load(std::memory_order_acquire)) {
     // The SQE first: acquire_sqe may reap, and reaping an op removes its
     // request, so an op taken from the list below is still in flight.
@@ -399,7 +392,7 @@ void uring_driver::drain_cancels(worker& w) noexcept {
       op = w.cancel_head;
       if (op != nullptr) {
         w.unlink_cancel(op);
-        op->cancel.store(cancel_sent, std::memory_order_relaxed);
+        op->cancel.store(cancel_state::sent, std::memory_order_relaxed);
       }
     }
     if (op == nullptr) {
@@ -411,22 +404,22 @@ void uring_driver::drain_cancels(worker& w) noexcept {
   }
 }
 
-void uring_driver::finish(worker& w, io_op& op, int res) noexcept {
+void uring_driver::finish(worker_ring& w, io_op& op, int res) noexcept {
   if (w.stopping && op.code == op_code::openat && res >= 0) {
     ::close(res);  // nobody will resume this task: do not leak what the op produced
     res = -ECANCELED;
   }
   op.result = res;
-  if (op.cancel.exchange(cancel_done, std::memory_order_acq_rel) == cancel_requested) {
+  if (op.cancel.exchange(cancel_state::done, std::memory_order_acq_rel) == cancel_state::requested) {
     // A request from another thread is still queued: remove it before the
     // wake lets the frame go. (Requests are taken only on this thread.)
     std::lock_guard lock(w.remote_mutex);
     w.unlink_cancel(&op);
   }
-  if (!w.stopping) spindle::detail::wake(op.task);  // op may be freed from here on
+  if (!w.stopping) host_->wake(op.task);  // op may be freed from here on
 }
 
-std::size_t uring_driver::reap(worker& w) noexcept {
+std::size_t uring_driver::reap(worker_ring& w) noexcept {
   unsigned head = 0;
   unsigned seen = 0;
   std::size_t completed = 0;
@@ -452,14 +445,14 @@ std::size_t uring_driver::reap(worker& w) noexcept {
   return completed;
 }
 
-void uring_driver::flush(worker& w) noexcept {
+void uring_driver::flush(worker_ring& w) noexcept {
   if (io_uring_sq_ready(&w.ring) != 0 || w.in_flight.load(std::memory_order_relaxed) != 0) {
     io_uring_submit_and_get_events(&w.ring);
   }
 }
 
 std::size_t uring_driver::poll(std::size_t index) noexcept {
-  worker& w = workers_[index];
+  worker_ring& w = rings_[index];
   if (!w.enabled || w.stopped) return 0;
   drain_remote(w);
   drain_cancels(w);  // after drain_remote: a cancel follows its op in the ring
@@ -468,13 +461,13 @@ std::size_t uring_driver::poll(std::size_t index) noexcept {
 }
 
 bool uring_driver::park_in_driver(std::size_t index) const noexcept {
-  worker const& w = workers_[index];
+  worker_ring const& w = rings_[index];
   return w.in_flight.load(std::memory_order_relaxed) != 0 ||
          w.remote_pending.load(std::memory_order_relaxed);
 }
 
 void uring_driver::park(std::size_t index, std::uint64_t deadline_ns) noexcept {
-  worker& w = workers_[index];
+  worker_ring& w = rings_[index];
   if (!w.enabled || w.stopped) return;
   drain_remote(w);
   drain_cancels(w);
@@ -489,9 +482,7 @@ void uring_driver::park(std::size_t index, std::uint64_t deadline_ns) noexcept {
     io_uring_submit_and_wait(&w.ring, 1);
     return;
   }
-  auto now = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            std::chrono::steady_clock::now().time_since_epoch())
-                                            .count());
+  std::uint64_t const now = spindle::detail::steady_now_ns();
   if (deadline_ns <= now) {
     flush(w);
     return;
@@ -507,11 +498,11 @@ void uring_driver::unpark(std::size_t index) noexcept {
   std::uint64_t const one = 1;
   ssize_t r;
   do {
-    r = ::write(workers_[index].event_fd, &one, sizeof one);
+    r = ::write(rings_[index].event_fd, &one, sizeof one);
   } while (r < 0 && errno == EINTR);
 }
 
-void uring_driver::cancel_all(worker& w) noexcept {
+void uring_driver::cancel_all(worker_ring& w) noexcept {
   // acquire_sqe may reap (only when the kernel reports an overflow), which
   // unlinks ops while this walks the list: a walk cut short is completed by
   // the next round.
@@ -529,7 +520,7 @@ void uring_driver::cancel_all(worker& w) noexcept {
   }
 }
 
-void uring_driver::close_remote(worker& w) noexcept {
+void uring_driver::close_remote(worker_ring& w) noexcept {
   // Refuse further remote submissions; ops still queued were never
   // submitted: they complete as cancelled.
   io_op* list = nullptr;
@@ -545,10 +536,7 @@ void uring_driver::close_remote(worker& w) noexcept {
 }
 
 void uring_driver::on_worker_stop(std::size_t index) noexcept {
-  worker& w = workers_[index];
-  if (this_thread_worker.driver == this && this_thread_worker.index == index) {
-    this_thread_worker = thread_worker{};
-  }
+  worker_ring& w = rings_[index];
   if (w.stopped) return;
 
   close_remote(w);
@@ -583,7 +571,7 @@ void uring_driver::shutdown() noexcept {
   // Workers that never stopped (never started, or the runtime failed half
   // way): refuse and cancel queued remote ops, release their rings.
   for (std::size_t i = 0; i < worker_count_; ++i) {
-    worker& w = workers_[i];
+    worker_ring& w = rings_[i];
     if (w.stopped) continue;
     close_remote(w);
     if (w.ring_open) {

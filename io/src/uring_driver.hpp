@@ -65,13 +65,13 @@
 
 namespace spindle::io::detail {
 
-class uring_driver final : public io_driver {
+class uring_driver final : public spindle::detail::driver {
  public:
   /// Creates `workers` rings of `entries` SQEs each (rounded up to a power of
   /// two by the kernel). Throws std::system_error with the errno of the
   /// failing step (io_uring_setup: EPERM, ENOSYS, ENOMEM, ...; ENOSYS as well
   /// when the kernel lacks an opcode the driver uses).
-  static std::unique_ptr<uring_driver> make(spindle::detail::scheduler& sched, std::size_t workers,
+  static std::unique_ptr<uring_driver> make(spindle::detail::io_host& host, std::size_t workers,
                                             std::uint32_t entries);
   ~uring_driver() override;
   uring_driver(uring_driver const&) = delete;
@@ -92,23 +92,24 @@ class uring_driver final : public io_driver {
   [[nodiscard]] unsigned setup_flags() const noexcept { return setup_flags_; }
 
  private:
-  struct worker;
-  uring_driver(spindle::detail::scheduler& sched, std::size_t workers);
+  /// One worker's ring, its in-flight list, remote and cancel lists.
+  struct worker_ring;
+  uring_driver(spindle::detail::io_host& host, std::size_t workers);
 
-  int prepare(worker& w, io_op& op) noexcept;
-  io_uring_sqe* acquire_sqe(worker& w) noexcept;
-  void arm_wake(worker& w) noexcept;
-  void drain_remote(worker& w) noexcept;
-  void drain_cancels(worker& w) noexcept;
-  void finish(worker& w, io_op& op, int res) noexcept;
-  std::size_t reap(worker& w) noexcept;
-  void flush(worker& w) noexcept;
-  void cancel_all(worker& w) noexcept;
-  void close_remote(worker& w) noexcept;
+  int prepare(worker_ring& w, io_op& op) noexcept;
+  io_uring_sqe* acquire_sqe(worker_ring& w) noexcept;
+  void arm_wake(worker_ring& w) noexcept;
+  void drain_remote(worker_ring& w) noexcept;
+  void drain_cancels(worker_ring& w) noexcept;
+  void finish(worker_ring& w, io_op& op, int res) noexcept;
+  std::size_t reap(worker_ring& w) noexcept;
+  void flush(worker_ring& w) noexcept;
+  void cancel_all(worker_ring& w) noexcept;
+  void close_remote(worker_ring& w) noexcept;
 
-  spindle::detail::scheduler* sched_;
+  spindle::detail::io_host* host_;
   std::size_t worker_count_;
-  std::unique_ptr<worker[]> workers_;
+  std::unique_ptr<worker_ring[]> rings_;
   unsigned setup_flags_ = 0;
   std::atomic<std::size_t> next_remote_{0};
 };

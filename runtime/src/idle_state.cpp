@@ -2,7 +2,7 @@
 
 #include <bit>
 
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 
 namespace spindle::detail {
 

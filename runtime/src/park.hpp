@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 
 namespace spindle::detail {
 

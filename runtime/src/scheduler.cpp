@@ -1,12 +1,11 @@
 // The scheduler: spawn, schedule, the worker loop, park, shutdown, stats.
 #include "scheduler.hpp"
 
+#include "clock.hpp"
 #include "task_state.hpp"
 
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,15 +55,6 @@ void pin_to_cpu(std::size_t index) noexcept {
   ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set);  // best effort
 }
 
-void futex_wait_u32(std::atomic<std::uint32_t>* word, std::uint32_t expected) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
-            nullptr, nullptr, 0);
-}
-void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX,
-            nullptr, nullptr, 0);
-}
-
 // The address below which the calling thread's stack is more than half used
 // (stacks grow down), or 0 when the stack's bounds cannot be read.
 std::uintptr_t half_stack_mark() noexcept {
@@ -86,79 +76,44 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-// runtime_config's idle tiers, or SPINDLE_IDLE=spins,yields.
-idle_tiers idle_tiers_of(runtime_config const& config) noexcept {
-  idle_tiers t{config.idle_spins, config.idle_yields};
+// `config` with what the environment and the hardware decide filled in:
+// the worker count (0: one per hardware thread), the idle tiers
+// (SPINDLE_IDLE=spins,yields overrides) and the cached reads
+// (SPINDLE_CACHED_READS=0 turns them off, for comparing the I/O drivers
+// themselves with an unchanged program). The budget is resolved by
+// scheduler_core.
+runtime_config resolve_config(runtime_config config) {
+  config.workers = resolve_workers(config.workers);
   if (char const* env = std::getenv("SPINDLE_IDLE"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     unsigned long spins = std::strtoul(env, &end, 10);
     unsigned long yields = *end == ',' ? std::strtoul(end + 1, nullptr, 10) : 0;
-    t.spins = static_cast<std::uint32_t>(std::min(spins, 1'000'000UL));
-    t.yields = static_cast<std::uint32_t>(std::min(yields, 1'000'000UL));
+    config.idle_spins = static_cast<std::uint32_t>(std::min(spins, 1'000'000UL));
+    config.idle_yields = static_cast<std::uint32_t>(std::min(yields, 1'000'000UL));
   }
-  return t;
-}
-
-std::uint64_t now_ns() noexcept {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
-
-// Prints the exception a task ended with, which nobody joined.
-void print_unjoined_exception(task_header* task, char const* what) noexcept {
-  try {
-    std::rethrow_exception(task->root_promise()->exception());
-  } catch (std::exception const& e) {
-    std::fprintf(stderr, "spindle: %s: %s\n", what, e.what());
-  } catch (...) {
-    std::fprintf(stderr, "spindle: %s (not a std::exception)\n", what);
+  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
+      env != nullptr && std::string_view(env) == "0") {
+    config.try_cached_reads = false;
   }
+  return config;
 }
 
-// Guards every scheduler's unobserved_ list and the `sched` of the tasks in
-// it: a join handle dropped on any thread may find its runtime destroyed.
-// Taken only by tasks that fail while a handle holds them.
-std::mutex& unobserved_lock() noexcept {
-  static std::mutex lock;
-  return lock;
-}
-
-void unlink_unobserved(task_header*& head, task_header* task) noexcept {
-  if (task->owned_prev != nullptr) {
-    task->owned_prev->owned_next = task->owned_next;
-  } else {
-    head = task->owned_next;
-  }
-  if (task->owned_next != nullptr) task->owned_next->owned_prev = task->owned_prev;
-  task->owned_prev = task->owned_next = nullptr;
-}
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // Construction and shutdown
 
-scheduler::scheduler(runtime_config const& config)
-    : config_(config),
+scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
+    : config_(resolve_config(config)),
       epoch_(std::chrono::steady_clock::now()),
-      core_(*this, resolve_workers(config.workers), config.budget, config.seed,
-            idle_tiers_of(config)),
-      owned_(resolve_workers(config.workers) + 1),
-      blocking_(*this, config.max_blocking_threads, config.blocking_keep_alive) {
-  config_.workers = resolve_workers(config.workers);
+      core_(*this, config_.workers, config_.budget, config_.seed,
+            idle_tiers{config_.idle_spins, config_.idle_yields}),
+      owned_(config_.workers + 1),
+      blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
-  idle_tiers const tiers = idle_tiers_of(config);
-  config_.idle_spins = tiers.spins;
-  config_.idle_yields = tiers.yields;
-  // SPINDLE_CACHED_READS=0 turns the cached-read path off (for comparing
-  // the I/O drivers themselves with an unchanged program).
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && std::string_view(env) == "0") {
-    config_.try_cached_reads = false;
-  }
   sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll : 0;
   std::size_t n = config_.workers;
-  driver_ = make_driver(*this, config_, n);
+  driver_ = make_driver(*this, config_);
 
   std::latch started(static_cast<std::ptrdiff_t>(n));
   std::vector<std::exception_ptr> errors(n);
@@ -221,33 +176,8 @@ scheduler::~scheduler() {
   // operation still running elsewhere (thread pool) before frames go away.
   driver_->shutdown();
   drain_queues();
-  // Frames are destroyed in this runtime's context, so that a destructor that
-  // spawns is refused (the gate is closed) instead of finding no runtime.
-  thread_context& ctx = this_thread_context();
-  thread_context saved = ctx;
-  ctx = thread_context{this, nullptr, nullptr};
-  while (task_header* task = owned_.pop_any()) {
-    destroy_frame(task);
-    // Completed without notifying its join waiter: clearing JOIN_WAKER tells
-    // a waiter that polls the state (detail::child_set::close) that no
-    // notify will come.
-    std::uint64_t s = task->state.load(std::memory_order_relaxed);
-    while (!task->state.compare_exchange_weak(
-        s,
-        (s & ~(sb::scheduled | sb::running | sb::notified | sb::join_waker)) | sb::complete |
-            sb::cancelled,
-        std::memory_order_acq_rel)) {
-    }
-    drop_reference(task);
-  }
-  ctx = saved;
-  // Failed tasks whose join handles are still out: their handles must not
-  // reach this scheduler any more.
-  std::lock_guard lock(unobserved_lock());
-  while (task_header* task = unobserved_) {
-    unlink_unobserved(unobserved_, task);
-    task->sched = nullptr;
-  }
+  destroy_unfinished_tasks();
+  detach_unobserved();
 }
 
 void scheduler::drain_queues() noexcept {
@@ -326,32 +256,26 @@ void scheduler::schedule(task_header* task) noexcept {
   }
 }
 
-void scheduler::kick_block_on_sleeper() noexcept {
-  std::lock_guard lock(block_on_mutex_);
-  for (block_on_waiter* w = block_on_sleeping_; w != nullptr; w = w->next_sleeper) {
-    std::uint32_t expected = 0;
-    if (w->word.compare_exchange_strong(expected, 2, std::memory_order_acq_rel)) {
-      futex_wake_all(&w->word);
-      return;
-    }
-  }
-}
-
 void scheduler::unpark(std::size_t index) noexcept {
   core_.workers[index]->park.unpark(*driver_, index);
 }
 
-void scheduler::unpark_worker(std::size_t index) noexcept {
-  unpark(index);
+std::size_t scheduler::current_worker() const noexcept {
+  thread_context const& ctx = this_thread_context();
+  return ctx.sched == this && ctx.self != nullptr ? ctx.self->index : not_a_worker;
 }
 
-void scheduler::remote_push_unnoticed() noexcept {
-  // Nobody to wake: if every worker is busy, a block_on thread that sleeps
-  // may have to run this task (it may be the very task it waits for).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (block_on_sleepers_.load(std::memory_order_relaxed) != 0 && core_.every_worker_busy()) {
-    kick_block_on_sleeper();
-  }
+void scheduler::wake(task_header* task) noexcept {
+  detail::wake(task);
+}
+
+driver* current_driver() noexcept {
+  scheduler* sched = this_thread_context().sched;
+  return sched != nullptr ? &sched->io_driver() : nullptr;
+}
+
+void scheduler::unpark_worker(std::size_t index) noexcept {
+  unpark(index);
 }
 
 // ---------------------------------------------------------------------------
@@ -365,7 +289,7 @@ void scheduler::run_worker(worker* w) {
   w->inline_stack_limit = half_stack_mark();
 
   while (!shutdown_.load(std::memory_order_acquire)) {
-    std::uint64_t start = now_ns();
+    std::uint64_t start = steady_now_ns();
     // run_task counts each poll in tick_polls, and so do the polls that
     // tasks run inline while awaiting a join handle (poll_inline).
     w->tick_polls = 0;
@@ -377,7 +301,7 @@ void scheduler::run_worker(worker* w) {
       if (shutdown_.load(std::memory_order_relaxed)) break;
     }
     std::uint32_t polls = w->tick_polls;
-    core_.end_tick(w, polls, polls != 0 ? now_ns() - start : 0);
+    core_.end_tick(w, polls, polls != 0 ? steady_now_ns() - start : 0);
     // Tick end: submit this tick's I/O and reap completions (their tasks go
     // to this worker's LIFO slot and ring).
     std::size_t reaped = driver_->poll(w->index);
@@ -407,331 +331,6 @@ void scheduler::run_worker(worker* w) {
   ctx = thread_context{};
 }
 
-bool release_if_stale(task_header* task) noexcept {
-  bool last = false;
-  if (!task_state::release_stale(task, last)) return false;
-  if (last) scheduler::free_task(task);
-  return true;
-}
-
-void scheduler::run_stale_entry(worker* w, task_header* task) noexcept {
-  if (!release_if_stale(task)) run_task(w, task);
-}
-
-void scheduler::run_task(worker* w, task_header* task) noexcept {
-  std::uint64_t s;
-  switch (task_state::take_entry(task, s)) {
-    case task_state::entry_action::poll:
-      break;
-    case task_state::entry_action::stale:
-      // A tail call, so that this path costs the common one no saved
-      // registers.
-      return run_stale_entry(w, task);
-    case task_state::entry_action::handed_back:
-      return;  // abort_here completes it
-  }
-  poll_held(w, task, s);
-}
-
-bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
-  // Bounded: the nesting (each level is a C++ stack frame of the awaiting
-  // task's poll) and the tick's budget (a task that spawns and awaits in a
-  // loop must still let the tick end, so I/O, timers and the global queue
-  // are served), with inline polls counted against inline_budget_factor
-  // times the budget (worker.hpp).
-  if (w->inline_depth >= worker::max_inline_depth ||
-      std::uint64_t{w->tick_polls} + 1 >=
-          std::uint64_t{config_.budget} * worker::inline_budget_factor ||
-      reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) < w->inline_stack_limit) {
-    return false;
-  }
-  if (shutdown_.load(std::memory_order_relaxed)) return false;
-  // In this worker's LIFO slot (spawned just now): take it out, no entry is
-  // left. Anywhere else (ring, global queue, another worker's ring): claim
-  // it; its entry stays behind as a stale one holding a reference.
-  bool from_lifo = w->lifo_slot == task;
-  std::uint64_t next = 0;
-  if (!task_state::claim_for_inline(task, from_lifo, next)) return false;
-  if (from_lifo) w->lifo_slot = nullptr;
-  w->counters.inline_polls.add();
-  ++w->inline_depth;
-  poll_held(w, task, next);
-  --w->inline_depth;
-  return task_is_complete(task);
-}
-
-void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcept {
-  if ((s & sb::cancelled) != 0) {
-    cancel_task(task, w);
-    return;
-  }
-  thread_context& ctx = this_thread_context();
-  task_header* outer = ctx.current;  // the awaiting task when polled inline
-  std::uint32_t const outer_budget = ctx.sync_io_budget;
-  ctx.current = task;
-  ctx.sync_io_budget = sync_io_per_poll_;
-  task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
-  task->resume_point.resume();
-  ctx.current = outer;
-  ctx.sync_io_budget = outer_budget;
-  bool const yielded = std::exchange(ctx.yielded, false);
-  if (w != nullptr) {
-    w->counters.polled.add();
-    ++w->tick_polls;
-  }
-
-  if (task->frame().done()) {
-    complete(task, w);
-    return;
-  }
-  // About to be suspended with no queue holding it: from here on only its
-  // waker and the owned list reach it (owned_tasks.hpp).
-  auto list_it = [this, task, w]() noexcept {
-    if (!task->listed) list_task(task, w);
-  };
-  switch (task_state::finish_poll(task, yielded, list_it)) {
-    case task_state::poll_end::suspended:
-    case task_state::poll_end::turned_live:  // its stale entry holds it again
-      return;
-    case task_state::poll_end::requeue:
-      // Woken while it ran (or yielded): back of the run queue.
-      if (w != nullptr) {
-        core_.schedule_local(w, task, true);
-      } else {
-        core_.push_remote(task);
-      }
-      return;
-    case task_state::poll_end::cancelled:
-      // Aborted while it ran and now suspended: we still hold RUNNING.
-      // cancel_owned may leave it suspended for a pending wake: list it.
-      list_it();
-      cancel_owned(task, w);
-      return;
-  }
-}
-
-void scheduler::list_task(task_header* task, worker* w) noexcept {
-  owned_.link(task, w != nullptr ? w->index : core_.workers.size());
-}
-
-void scheduler::cancel_task(task_header* task, worker* w) noexcept {
-  destroy_frame(task);
-  complete(task, w);
-}
-
-void scheduler::abort(task_header* task) noexcept {
-  // During shutdown every task is being destroyed anyway (a frame destructor
-  // may abort a child): nothing may be queued any more.
-  if (shutdown_.load(std::memory_order_acquire)) return;
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
-  for (;;) {
-    if ((s & (sb::complete | sb::cancelled)) != 0) return;
-    if ((s & (sb::scheduled | sb::running)) != 0) {
-      // Queued: its next poll destroys it. Running: the poll's end does.
-      if (task->state.compare_exchange_weak(s, s | sb::cancelled, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-        return;
-      }
-      continue;
-    }
-    // Suspended: take it as if to poll it (RUNNING), so that nobody resumes
-    // or destroys it while its awaiter withdraws.
-    if (task->state.compare_exchange_weak(s, s | sb::cancelled | sb::running,
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
-      cancel_owned(task, nullptr);
-      return;
-    }
-  }
-}
-
-abort_here_result scheduler::abort_here(task_header* task) noexcept {
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
-  for (;;) {
-    if ((s & sb::complete) != 0) return abort_here_result::gone;
-    if ((s & sb::running) != 0) {
-      // Polled on another thread (its poll's end destroys it), or held for
-      // a moment by another abort: mark it, the caller retries.
-      if ((s & sb::cancelled) != 0 ||
-          task->state.compare_exchange_weak(s, s | sb::cancelled, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-        return abort_here_result::running;
-      }
-      continue;
-    }
-    if ((s & (sb::scheduled | sb::cancelled)) == sb::cancelled) {
-      // Suspended, and an earlier abort's hook said its wake is still coming.
-      return abort_here_result::pending;
-    }
-    // Queued or suspended: hold it (RUNNING) so that nobody polls, resumes or
-    // destroys it meanwhile.
-    if (task->state.compare_exchange_weak(s, s | sb::cancelled | sb::running,
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
-      break;
-    }
-  }
-  if ((s & sb::scheduled) != 0) {
-    // Queued: destroy the frame now; the queue entry stays, and the poll that
-    // pops it finds CANCELLED and no frame and completes the task. If that
-    // poll came while we held the task, it handed the entry back by clearing
-    // SCHEDULED: then we complete it.
-    destroy_frame(task);
-    s = task->state.load(std::memory_order_acquire);
-    for (;;) {
-      if ((s & sb::scheduled) == 0) {
-        complete(task, nullptr);
-        return abort_here_result::gone;
-      }
-      if (task->state.compare_exchange_weak(s, s & ~(sb::running | sb::notified),
-                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
-        return abort_here_result::gone;
-      }
-    }
-  }
-  // Suspended: withdraw it from its waker, as abort() does.
-  bool (*fn)(void*) noexcept = task->cancel_fn;
-  if (fn != nullptr && !fn(task->cancel_arg)) {
-    // Its wake is still coming. If it came while we held the task (NOTIFIED),
-    // nothing else will wake it: finish here. Else leave it to that wake.
-    s = task->state.load(std::memory_order_acquire);
-    for (;;) {
-      if ((s & sb::notified) != 0) break;
-      if (task->state.compare_exchange_weak(s, s & ~sb::running, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-        return abort_here_result::pending;
-      }
-    }
-  }
-  destroy_frame(task);
-  complete(task, nullptr);
-  return abort_here_result::gone;
-}
-
-void scheduler::destroy_frame(task_header* task) noexcept {
-  if (auto root = task->frame()) {
-    task->cancelled_before_finish = true;
-    root.destroy();  // destructors of the whole await chain run here; the block stays
-  }
-}
-
-void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
-  // The caller holds RUNNING on a suspended task with CANCELLED set.
-  bool (*fn)(void*) noexcept = task->cancel_fn;
-  bool detached = fn == nullptr || fn(task->cancel_arg);
-  if (detached && w != nullptr) {
-    cancel_task(task, w);  // on a worker: destroy the frame now
-    return;
-  }
-  // Release the task: queue it (detached, or woken meanwhile) so that a
-  // worker's poll destroys the frame, or leave it for the pending wake.
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
-  std::uint64_t next;
-  bool push = false;
-  do {
-    next = s & ~(sb::running | sb::notified);
-    push = false;
-    if (detached || (s & sb::notified) != 0) next = sb::mark_scheduled(next, push);
-  } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
-                                              std::memory_order_acquire));
-  if (push) schedule(task);
-}
-
-void scheduler::complete(task_header* task, worker* w) noexcept {
-  // The caller holds the task (RUNNING): unlink it while nobody else can.
-  if (task->listed) owned_.remove(task);
-  // Failed: held where a join handle dropped later finds it (rare path).
-  bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
-  if (failed) hold_unobserved(task);
-  // A join handle that holds a reference and has no waiter registered (the
-  // awaiting task ran this one inline, or will look later): the scheduler's
-  // reference goes in the same transition, the handle's keeps the block,
-  // and nothing here touches the task afterwards (dropped). Detached, with
-  // ours the only reference: it goes too, nobody else can reach the block
-  // afterwards (last).
-  auto const [prev, dropped, last] = task_state::mark_complete(task);
-  if (dropped) {
-    count_completion(w);
-    return;
-  }
-  if (failed && (prev & sb::join_interest) == 0) {
-    // Detached after all: nobody can take the exception.
-    unhold_unobserved(task);
-    report_detached_exception(task);
-  }
-  if (last) {
-    count_completion(w);
-    free_task(task);
-    return;
-  }
-  // The task stops counting as alive after its detached exception is
-  // reported, and before its join waiter is notified (a block_on that
-  // returns sees it gone).
-  count_completion(w);
-  if ((prev & (sb::join_interest | sb::join_waker)) == (sb::join_interest | sb::join_waker)) {
-    task->waiter->notify(task->waiter);
-  }
-  drop_reference(task);
-}
-
-void scheduler::count_completion(worker* w) noexcept {
-  if (w != nullptr) {
-    w->counters.completed.add();
-  } else {
-    remote_completed_.fetch_add(1, std::memory_order_release);
-  }
-}
-
-void scheduler::drop_reference(task_header* task) noexcept {
-  std::uint64_t prev = task->state.fetch_sub(sb::ref_one, std::memory_order_acq_rel);
-  if (prev / sb::ref_one != 1) return;
-  free_task(task);
-}
-
-void scheduler::free_task(task_header* task) noexcept {
-  // The state is not 0 (COMPLETE at least), so destroying the frame leaves
-  // its block to us.
-  if (auto root = task->frame()) root.destroy();
-  std::size_t bytes = task->block_bytes;
-  task->~task_header();
-  frame_deallocate(task, bytes);
-}
-
-void scheduler::report_detached_exception(task_header* task, char const* what) noexcept {
-  detached_exceptions_.fetch_add(1, std::memory_order_relaxed);
-  print_unjoined_exception(task, what);
-}
-
-void scheduler::hold_unobserved(task_header* task) noexcept {
-  std::lock_guard lock(unobserved_lock());
-  task->unobserved = true;
-  task->owned_prev = nullptr;
-  task->owned_next = unobserved_;
-  if (unobserved_ != nullptr) unobserved_->owned_prev = task;
-  unobserved_ = task;
-}
-
-void scheduler::unhold_unobserved(task_header* task) noexcept {
-  std::lock_guard lock(unobserved_lock());
-  unlink_unobserved(unobserved_, task);
-  task->unobserved = false;
-}
-
-void scheduler::release_unobserved(task_header* task) noexcept {
-  // The handle's owner, after seeing COMPLETE: the exception is still there
-  // unless the handle took it (join_handle's await moves it out).
-  bool const untaken = task->root_promise()->has_exception();
-  std::lock_guard lock(unobserved_lock());
-  task->unobserved = false;
-  scheduler* sched = task->sched;
-  if (sched == nullptr) {
-    // Its runtime is gone (~scheduler cleared `sched`): nothing to count in.
-    if (untaken) print_unjoined_exception(task, "join_handle dropped with an unobserved exception");
-    return;
-  }
-  unlink_unobserved(sched->unobserved_, task);
-  if (untaken)
-    sched->report_detached_exception(task, "join_handle dropped with an unobserved exception");
-}
-
 // ---------------------------------------------------------------------------
 // Parking
 
@@ -753,77 +352,6 @@ void scheduler::park_worker(worker* w) noexcept {
     if (core_.finish_wakeup(w)) return;
   }
   core_.end_park(w);  // shutting down
-}
-
-// ---------------------------------------------------------------------------
-// block_on
-
-namespace {
-void block_on_complete(join_waiter* self) noexcept {
-  auto* me = static_cast<block_on_waiter*>(self);
-  me->word.store(1, std::memory_order_release);
-  futex_wake_all(&me->word);
-}
-}  // namespace
-
-void scheduler::check_block_on_allowed() const {
-  thread_context& ctx = this_thread_context();
-  if (ctx.self != nullptr && ctx.sched == this) {
-    throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
-                            "spindle: block_on called from a worker of the same runtime");
-  }
-}
-
-void scheduler::block_until_complete(task_header* task) {
-  check_block_on_allowed();
-  thread_context& ctx = this_thread_context();
-  thread_context saved = ctx;
-  ctx = thread_context{this, nullptr, nullptr};
-  block_on_waiter waiter;
-  waiter.notify = &block_on_complete;
-  if (join_register(task, &waiter)) {
-    // Block-on-complete: while every worker is busy (none searching, none
-    // parked) and the global queue holds work, run it inline so that the
-    // task makes progress even when no worker is free. Otherwise sleep until
-    // the task completes or a push finds every worker busy (kick): tasks run
-    // inline here cannot use a worker's LIFO slot and ring, so helping while
-    // a worker is idle would only slow them down.
-    for (;;) {
-      std::uint32_t word = waiter.word.load(std::memory_order_acquire);
-      if (word == 1) break;
-      if (word == 2) {
-        std::uint32_t kicked = 2;
-        waiter.word.compare_exchange_strong(kicked, 0, std::memory_order_acq_rel);
-        continue;
-      }
-      if (!core_.inject.is_empty() && core_.every_worker_busy()) {
-        if (task_header* queued = core_.inject.pop()) {
-          run_task(nullptr, queued);
-          continue;
-        }
-      }
-      // Register as a sleeper, then look again (a push after this point
-      // sees us and kicks), then sleep.
-      {
-        std::lock_guard lock(block_on_mutex_);
-        waiter.next_sleeper = block_on_sleeping_;
-        block_on_sleeping_ = &waiter;
-      }
-      block_on_sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (!(!core_.inject.is_empty() && core_.every_worker_busy())) futex_wait_u32(&waiter.word, 0);
-      block_on_sleepers_.fetch_sub(1, std::memory_order_relaxed);
-      std::lock_guard lock(block_on_mutex_);
-      for (block_on_waiter** link = &block_on_sleeping_; *link != nullptr;
-           link = &(*link)->next_sleeper) {
-        if (*link == &waiter) {
-          *link = waiter.next_sleeper;
-          break;
-        }
-      }
-    }
-  }
-  ctx = saved;
 }
 
 // ---------------------------------------------------------------------------
@@ -861,6 +389,13 @@ runtime_stats scheduler::stats() const {
   out.blocking_queue_depth = b.queue_depth;
   out.blocking_jobs = b.completed;
   return out;
+}
+
+// ---------------------------------------------------------------------------
+// The calls the public templates make (runtime.hpp)
+
+task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise) {
+  return sched->spawn(root, promise);
 }
 
 }  // namespace spindle::detail

@@ -13,10 +13,11 @@
 #include <mutex>
 #include <vector>
 
+#include "block_on.hpp"
 #include "blocking_pool.hpp"
 #include "core.hpp"
 #include "owned_tasks.hpp"
-#include "spindle/detail/driver.hpp"
+#include "driver.hpp"
 #include "spindle/runtime.hpp"
 #include "worker.hpp"
 
@@ -40,17 +41,13 @@ thread_context& this_thread_context() noexcept;
 /// Synchronous completions allowed per poll of a task.
 inline constexpr std::uint32_t sync_io_per_poll = 64;
 
-/// A thread inside block_on: waits for its task and, while every worker is
-/// busy, runs queued tasks. `word`: 0 waiting, 1 its task completed,
-/// 2 kicked (new work in the global queue while every worker is busy).
-struct block_on_waiter : join_waiter {
-  std::atomic<std::uint32_t> word{0};
-  block_on_waiter* next_sleeper = nullptr;
-};
-
-class scheduler final : public core_platform {
+class scheduler final : public core_platform, public io_host {
  public:
-  explicit scheduler(runtime_config const& config);
+  /// Starts the workers and the driver `make_driver` makes. Throws
+  /// std::system_error: invalid_argument for more than 65535 workers,
+  /// resource_unavailable_try_again when a thread cannot start, or what
+  /// the driver's setup throws.
+  scheduler(runtime_config const& config, driver_factory make_driver);
   ~scheduler();
   scheduler(scheduler const&) = delete;
   scheduler& operator=(scheduler const&) = delete;
@@ -70,12 +67,16 @@ class scheduler final : public core_platform {
   [[nodiscard]] runtime_config const& config() const noexcept { return config_; }
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
-  void unpark(std::size_t index) noexcept;
-  void count_io(std::size_t index, std::size_t n) noexcept {
+
+  // io_host (driver.hpp)
+  [[nodiscard]] std::size_t current_worker() const noexcept override;
+  void unpark(std::size_t index) noexcept override;
+  void count_completions(std::size_t index, std::size_t n) noexcept override {
     core_.workers[index]->counters.io_completions.add(n);
   }
+  void wake(task_header* task) noexcept override;
 
-  // Task transitions (task.cpp uses these).
+  // Task transitions (task_harness.cpp).
   void complete(task_header* task, worker* w) noexcept;
   /// Drops one reference; frees the frame and header at zero. Static: join
   /// handles may outlive the runtime.
@@ -117,7 +118,6 @@ class scheduler final : public core_platform {
   // core_platform
   void unpark_worker(std::size_t index) noexcept override;
   void remote_push_unnoticed() noexcept override;
-  void kick_block_on_sleeper() noexcept;
   void run_task(worker* w, task_header* task) noexcept;
   /// run_task's cold path: a stale (CLAIMED) entry, released, or run when a
   /// wake turned it live meanwhile.
@@ -132,6 +132,13 @@ class scheduler final : public core_platform {
   /// Destroys the root frame if it is still there. The caller holds RUNNING.
   static void destroy_frame(task_header* task) noexcept;
   void cancel_owned(task_header* task, worker* w) noexcept;
+  /// At shutdown, after drain_queues: destroys the frame of every task that
+  /// did not finish (the owned lists) and drops the scheduler's references.
+  void destroy_unfinished_tasks() noexcept;
+  /// At shutdown: unlinks the failed tasks whose join handles are still out
+  /// and clears their `sched`, so that the handles never reach this
+  /// scheduler again (release_unobserved).
+  void detach_unobserved() noexcept;
   void park_worker(worker* w) noexcept;
   /// Lists a task that is about to be suspended with nobody queueing it
   /// (owned_tasks.hpp), in `w`'s list or the other threads' one.
@@ -168,10 +175,8 @@ class scheduler final : public core_platform {
   // unobserved_lock() (scheduler.cpp), because a handle dropped on another
   // thread must learn whether this runtime still exists.
   task_header* unobserved_ = nullptr;
-  // block_on threads asleep while their task may still need help.
-  std::atomic<std::uint32_t> block_on_sleepers_{0};
-  std::mutex block_on_mutex_;
-  block_on_waiter* block_on_sleeping_ = nullptr;  // guarded by block_on_mutex_
+  // block_on threads asleep while their task may still need help (block_on.cpp).
+  block_on_sleepers block_on_sleepers_;
   // spawn_blocking jobs; shut down after the workers stop, before frames go.
   blocking_pool blocking_;
 };

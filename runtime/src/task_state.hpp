@@ -5,7 +5,7 @@
 // word (bits and reference count: spindle/detail/task_header.hpp) and
 // returns what the caller must do next (queue the task, poll it, release a
 // stale entry, ...). None touches a queue, a thread or a frame: the
-// scheduler (scheduler.cpp, task.cpp) acts on the answers, and so does the
+// scheduler (task_harness.cpp) acts on the answers, and so does the
 // deterministic simulation (tests/test_sim.cpp), which drives these same
 // functions on real headers with virtual workers.
 //
@@ -24,6 +24,18 @@
 //                     waits for the join
 //   release_stale     a stale entry leaves a queue: drops CLAIMED and its
 //                     reference
+//   mark_aborted      abort(): CANCELLED on a queued or running task, or
+//                     CANCELLED|RUNNING (held) on a suspended one
+//   hold_for_abort_here, release_to_entry, release_to_pending_wake
+//                     abort_here(): hold the task, destroy its frame, then
+//                     hand it to its queue entry or its pending wake
+//   release_cancelled the holder of a cancelled suspended task lets it go:
+//                     queued to be destroyed, or left for its pending wake
+//   set_join_waker, clear_join_waker, drop_join_if_running,
+//   drop_join_of_complete
+//                     a join handle registers, withdraws, lets go
+//   drop_ref          one reference goes
+//   mark_destroyed    shutdown: a task whose frame the runtime destroyed
 //
 // Thread-safety: every function may race with every other on the same task
 // from any thread; each is linearized by its CAS.
@@ -198,6 +210,185 @@ struct completion {
   } while (!task->state.compare_exchange_weak(c.prev, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
   return c;
+}
+
+/// What mark_aborted did.
+enum class abort_step : std::uint8_t {
+  none,    ///< complete or cancelled already: nothing to do
+  marked,  ///< queued or running: CANCELLED set; its next poll (or its poll's end) cancels it
+  held,    ///< suspended: CANCELLED|RUNNING set; the caller withdraws it (cancel_owned)
+};
+
+/// abort(): asks `task` to stop.
+[[nodiscard]] inline abort_step mark_aborted(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & (sb::complete | sb::cancelled)) != 0) return abort_step::none;
+    if ((s & (sb::scheduled | sb::running)) != 0) {
+      if (task->state.compare_exchange_weak(s, s | sb::cancelled, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return abort_step::marked;
+      }
+      continue;
+    }
+    // Suspended: take it as if to poll it (RUNNING), so that nobody resumes
+    // or destroys it while its awaiter withdraws.
+    if (task->state.compare_exchange_weak(s, s | sb::cancelled | sb::running,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return abort_step::held;
+    }
+  }
+}
+
+/// What hold_for_abort_here did.
+enum class abort_here_step : std::uint8_t {
+  gone,            ///< complete already
+  running,         ///< polled (or held) on another thread: CANCELLED is set, its poll's end
+                   ///< destroys it
+  pending,         ///< suspended, and an earlier abort's hook said its wake is still coming
+  held_queued,     ///< queued: CANCELLED|RUNNING now held; its entry stays in the queue
+  held_suspended,  ///< suspended: CANCELLED|RUNNING now held
+};
+
+/// abort_here's first step: holds `task` (RUNNING) when it is queued or
+/// suspended, so that nobody polls, resumes or destroys it meanwhile.
+[[nodiscard]] inline abort_here_step hold_for_abort_here(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0) return abort_here_step::gone;
+    if ((s & sb::running) != 0) {
+      if ((s & sb::cancelled) != 0 ||
+          task->state.compare_exchange_weak(s, s | sb::cancelled, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        return abort_here_step::running;
+      }
+      continue;
+    }
+    if ((s & (sb::scheduled | sb::cancelled)) == sb::cancelled) return abort_here_step::pending;
+    if (task->state.compare_exchange_weak(s, s | sb::cancelled | sb::running,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return (s & sb::scheduled) != 0 ? abort_here_step::held_queued
+                                      : abort_here_step::held_suspended;
+    }
+  }
+}
+
+/// abort_here destroyed the frame of a task it held while queued: lets the
+/// queue entry complete it (RUNNING and NOTIFIED cleared; true), or finds
+/// that the entry was popped meanwhile and handed back (take_entry cleared
+/// SCHEDULED; false: the caller completes the task).
+[[nodiscard]] inline bool release_to_entry(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::scheduled) == 0) return false;
+    if (task->state.compare_exchange_weak(s, s & ~(sb::running | sb::notified),
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+/// abort_here holds a suspended task whose awaiter could not withdraw (its
+/// wake is still coming): releases RUNNING and leaves the task to that wake
+/// (true), or finds that the wake came while it was held (NOTIFIED; false:
+/// nothing else will wake it, the caller finishes it).
+[[nodiscard]] inline bool release_to_pending_wake(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::notified) != 0) return false;
+    if (task->state.compare_exchange_weak(s, s & ~sb::running, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+/// The holder of RUNNING on a cancelled, suspended task lets it go:
+/// SCHEDULED when `detached` (nothing will wake it) or when it was woken
+/// meanwhile (NOTIFIED), so that a worker's poll destroys the frame; idle
+/// otherwise, left for its pending wake. True: the caller queues it.
+[[nodiscard]] inline bool release_cancelled(task_header* task, bool detached) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  std::uint64_t next;
+  bool push = false;
+  do {
+    next = s & ~(sb::running | sb::notified);
+    push = false;
+    if (detached || (s & sb::notified) != 0) next = sb::mark_scheduled(next, push);
+  } while (!task->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                              std::memory_order_acquire));
+  return push;
+}
+
+/// join_register: publishes the waiter (JOIN_WAKER). False when the task is
+/// complete already (nothing registered).
+[[nodiscard]] inline bool set_join_waker(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0) return false;
+    if (task->state.compare_exchange_weak(s, s | sb::join_waker, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+/// join_unregister: withdraws JOIN_WAKER unless the completion has taken it
+/// (false: the notify has happened or is under way).
+[[nodiscard]] inline bool clear_join_waker(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & sb::complete) != 0 || (s & sb::join_waker) == 0) return false;
+    if (task->state.compare_exchange_weak(s, s & ~sb::join_waker, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+inline constexpr std::uint64_t join_bits = sb::join_interest | sb::join_waker;
+
+/// A join handle lets go of a task that has not completed: clears the join
+/// bits and drops the handle's reference, never the last one (the
+/// scheduler's remains until completion). False, with `s` the state seen,
+/// when the task has completed (drop_join_of_complete then).
+[[nodiscard]] inline bool drop_join_if_running(task_header* task, std::uint64_t& s) noexcept {
+  s = task->state.load(std::memory_order_acquire);
+  while ((s & sb::complete) == 0) {
+    if (task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// A join handle lets go of a completed task (`s`: a state seen with
+/// COMPLETE): clears the join bits and drops its reference in one RMW.
+/// True when that was the last reference (the caller frees the task).
+[[nodiscard]] inline bool drop_join_of_complete(task_header* task, std::uint64_t s) noexcept {
+  while (!task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+  }
+  return s / sb::ref_one == 1;
+}
+
+/// Drops one reference. True when it was the last (the caller frees the task).
+[[nodiscard]] inline bool drop_ref(task_header* task) noexcept {
+  return task->state.fetch_sub(sb::ref_one, std::memory_order_acq_rel) / sb::ref_one == 1;
+}
+
+/// Shutdown: the runtime destroyed the frame of a task that never finished.
+/// COMPLETE and CANCELLED; JOIN_WAKER cleared, which tells a waiter that
+/// polls the state (child_set::close) that no notify will come.
+inline void mark_destroyed(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_relaxed);
+  while (!task->state.compare_exchange_weak(
+      s,
+      (s & ~(sb::scheduled | sb::running | sb::notified | sb::join_waker)) | sb::complete |
+          sb::cancelled,
+      std::memory_order_acq_rel)) {
+  }
 }
 
 }  // namespace spindle::detail::task_state

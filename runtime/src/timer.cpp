@@ -4,21 +4,13 @@
 #include <mutex>
 #include <system_error>
 
+#include "clock.hpp"
 #include "scheduler.hpp"
 #include "spindle/detail/timer_entry.hpp"
 
 namespace spindle::detail {
 
-namespace {
-
 using std::chrono::steady_clock;
-
-std::uint64_t steady_ns(steady_clock::time_point t) noexcept {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-}
-
-}  // namespace
 
 std::uint64_t scheduler::now_tick() const noexcept {
   auto since = steady_clock::now() - epoch_;

@@ -91,7 +91,7 @@ struct runtime_config {
   /// only): a fixed set, started with the runtime, that runs file system
   /// calls for spindle::io; 0 = max(4, 2 x workers). Unrelated to
   /// spawn_blocking, which has its own pool (max_blocking_threads).
-  std::size_t blocking_threads = 0;
+  std::size_t io_pool_threads = 0;
   /// Upper bound on the threads of the spawn_blocking pool (>= 1; 0 throws
   /// std::system_error(std::errc::invalid_argument)). The pool starts empty
   /// and grows on demand; jobs beyond the bound wait in a FIFO queue.
@@ -207,7 +207,7 @@ class runtime {
   /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE).
   [[nodiscard]] runtime_config const& config() const noexcept;
 
-  /// The scheduler (for io/ and tests).
+  /// The scheduler (for spindle's own tests, which reach its private headers).
   [[nodiscard]] detail::scheduler* scheduler_handle() const noexcept { return sched_.get(); }
 
  private:

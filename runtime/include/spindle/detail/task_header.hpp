@@ -38,6 +38,7 @@
 
 #include <atomic>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 
 #include "spindle/task.hpp"
@@ -166,6 +167,11 @@ void yield_current() noexcept;
 
 /// The task the calling thread is polling now, or nullptr.
 [[nodiscard]] task_header* current_task() noexcept;
+
+/// current_worker_index() on a thread that is not a worker.
+inline constexpr std::size_t not_a_worker = static_cast<std::size_t>(-1);
+/// Index of the calling thread's worker in its runtime, or not_a_worker.
+[[nodiscard]] std::size_t current_worker_index() noexcept;
 
 /// Wakes a task: schedules it if it is idle, marks it NOTIFIED if it is
 /// running, does nothing if it is already scheduled or complete. Any thread.

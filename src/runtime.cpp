@@ -1,11 +1,15 @@
-// spindle::runtime: the public face of the scheduler.
+// spindle::runtime: the public face of the scheduler (runtime/), with the
+// I/O driver of io/. It lives above both: the runtime knows no I/O driver,
+// io/ knows the runtime's driver interface, and this file joins them.
 #include "spindle/runtime.hpp"
 
+#include "make_driver.hpp"
 #include "scheduler.hpp"
 
 namespace spindle {
 
-runtime::runtime(runtime_config config) : sched_(std::make_unique<detail::scheduler>(config)) {}
+runtime::runtime(runtime_config config)
+    : sched_(std::make_unique<detail::scheduler>(config, &io::detail::make_driver)) {}
 
 runtime::~runtime() = default;
 

@@ -1,4 +1,6 @@
-// Umbrella header: everything a spindle user needs, runtime and io.
+// Umbrella header: everything a spindle user needs, runtime and io. It sits
+// above both (include/, not runtime/include): the runtime's headers include
+// nothing of io/, io/'s include the runtime's.
 //
 //   #include <spindle/spindle.hpp>
 //   spindle::runtime rt{{.workers = 4}};

@@ -1,4 +1,4 @@
-// detail::make_driver: picks the I/O backend of a runtime.
+// io::detail::make_driver: picks the I/O backend of a runtime.
 //
 // config.io == uring: the io_uring driver, or std::system_error with the
 // errno of the failing setup step ("spindle: io_uring unavailable: ...").
@@ -9,6 +9,8 @@
 // be set up (EPERM under seccomp, ENOSYS, ENOMEM, EINVAL, ...), the thread
 // pool is used silently: the runtime reports the choice through
 // io_backend_in_use().
+#include "make_driver.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
@@ -16,15 +18,14 @@
 #include <string_view>
 #include <system_error>
 
-#include "spindle/detail/driver.hpp"
 #include "spindle/runtime.hpp"
 #include "threadpool_driver.hpp"
 #include "uring_driver.hpp"
 
-namespace spindle::detail {
+namespace spindle::io::detail {
 
-std::unique_ptr<driver> make_driver(scheduler& sched, runtime_config const& config,
-                                    std::size_t workers) {
+std::unique_ptr<spindle::detail::driver> make_driver(spindle::detail::io_host& host,
+                                                     runtime_config const& config) {
   io_backend wanted = config.io;
   if (wanted == io_backend::automatic) {
     char const* env = std::getenv("SPINDLE_IO");
@@ -43,13 +44,13 @@ std::unique_ptr<driver> make_driver(scheduler& sched, runtime_config const& conf
   }
   if (wanted != io_backend::threadpool) {
     try {
-      return io::detail::uring_driver::make(sched, workers, config.ring_entries);
+      return uring_driver::make(host, config.workers, config.ring_entries);
     } catch (std::system_error const&) {
       if (wanted == io_backend::uring) throw;
       // automatic: fall back to the thread pool
     }
   }
-  return std::make_unique<io::detail::threadpool_driver>(sched, workers, config.blocking_threads);
+  return std::make_unique<threadpool_driver>(host, config.workers, config.io_pool_threads);
 }
 
-}  // namespace spindle::detail
+}  // namespace spindle::io::detail
