@@ -56,11 +56,9 @@
 #include <utility>
 #include <vector>
 
-#include "spindle/channel.hpp"
 #include "spindle/detail/state_waiter.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
-#include "spindle/detail/wake_chain.hpp"
 #include "spindle/errors.hpp"
 
 namespace spindle {
@@ -74,6 +72,8 @@ struct broadcast_state {
     std::uint64_t seq = 0;
     std::size_t remaining = 0;  ///< receivers that still have to read it
   };
+
+  static constexpr char const* empty_receiver = "spindle: empty broadcast receiver";
 
   explicit broadcast_state(std::size_t cap) : slots(cap) {}
 
@@ -119,11 +119,12 @@ class broadcast {
   /// Closes the broadcast; receivers drain, then see the end.
   ~broadcast() { close(); }
 
-  class receiver {
+  class receiver : public detail::receiver_base<state_type> {
    public:
     receiver() noexcept = default;
     receiver(receiver&& other) noexcept
-        : state_(std::move(other.state_)), next_(std::exchange(other.next_, 0)) {}
+        : detail::receiver_base<state_type>(std::move(other.state_)),
+          next_(std::exchange(other.next_, 0)) {}
     receiver& operator=(receiver&& other) noexcept {
       if (this != &other) {
         drop();
@@ -136,29 +137,9 @@ class broadcast {
     receiver& operator=(receiver const&) = delete;
     ~receiver() { drop(); }
 
-    class [[nodiscard]] recv_awaiter : detail::state_waiter<state_type> {
-     public:
-      explicit recv_awaiter(receiver* rx) noexcept : rx_(rx) {}
-
-      bool await_ready() const {
-        rx_->check_valid();
-        return false;
-      }
-      bool await_suspend(std::coroutine_handle<> caller) {
-        return this->suspend_unless(caller, rx_->state_.get(),
-                                    "spindle: broadcast recv awaited outside a spindle task",
-                                    [this] { return rx_->ready_locked(); });
-      }
-      /// The next value; std::nullopt once closed and drained. Throws
-      /// broadcast_lagged.
-      std::optional<T> await_resume() {
-        std::lock_guard lock{this->resumed()};
-        return rx_->take_locked();
-      }
-
-     private:
-      receiver* rx_;
-    };
+    /// Awaits the next value: std::nullopt once closed and drained. Throws
+    /// broadcast_lagged.
+    using recv_awaiter = detail::receiver_awaiter<receiver, state_type>;
 
     /// Waits for the next value (see the file comment). The receiver must
     /// outlive the wait.
@@ -170,51 +151,41 @@ class broadcast {
       check_valid();
       std::lock_guard lock{state_->mutex};
       if (!ready_locked()) return std::nullopt;
-      return take_locked();
+      return result_locked();
     }
 
     /// Blocks a thread outside the runtime until the next value; nullopt once
     /// closed and drained. Throws broadcast_lagged;
     /// std::system_error(operation_not_permitted) inside a spindle task.
     [[nodiscard]] std::optional<T> blocking_recv() {
-      check_valid();
-      detail::require_no_task("spindle: broadcast blocking_recv inside a spindle task");
-      return detail::wait_as_thread_unless(
-          *state_, [this] { return ready_locked(); }, [this] { return take_locked(); });
+      return recv_awaiter::wait_as_thread(*this,
+                                          "spindle: broadcast blocking_recv inside a spindle task");
     }
 
-    /// True once the broadcast is closed (values may still be unread).
-    [[nodiscard]] bool is_closed() const {
-      check_valid();
-      std::lock_guard lock{state_->mutex};
-      return state_->closed;
-    }
     /// Values sent but not yet read by this receiver (lagged ones included).
     [[nodiscard]] std::uint64_t pending() const {
       check_valid();
       std::lock_guard lock{state_->mutex};
       return state_->tail - next_;
     }
-    [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
 
    private:
     friend class broadcast;
-    receiver(std::shared_ptr<state_type> s, std::uint64_t next) noexcept
-        : state_(std::move(s)), next_(next) {}
+    friend class detail::receiver_awaiter<receiver, state_type>;
+    using detail::receiver_base<state_type>::state_;
+    using detail::receiver_base<state_type>::check_valid;
+    static constexpr char const* outside_task =
+        "spindle: broadcast recv awaited outside a spindle task";
 
-    void check_valid() const {
-      if (!state_) {
-        throw std::system_error(std::make_error_code(std::errc::invalid_argument),
-                                "spindle: empty broadcast receiver");
-      }
-    }
+    receiver(std::shared_ptr<state_type> s, std::uint64_t next) noexcept
+        : detail::receiver_base<state_type>(std::move(s)), next_(next) {}
 
     [[nodiscard]] bool ready_locked() const noexcept {
       return next_ < state_->tail || state_->closed;
     }
 
-    // Precondition: ready_locked().
-    std::optional<T> take_locked() {
+    // The next value. Precondition: ready_locked().
+    std::optional<T> result_locked() {
       state_type& st = *state_;
       if (next_ == st.tail) return std::nullopt;  // closed and drained
       std::uint64_t oldest = st.oldest();
@@ -247,7 +218,6 @@ class broadcast {
       state_.reset();
     }
 
-    std::shared_ptr<state_type> state_;
     std::uint64_t next_ = 0;
   };
 
@@ -263,7 +233,7 @@ class broadcast {
   /// Throws channel_closed after close().
   std::size_t send(T const& v) { return send(T(v)); }
   std::size_t send(T&& v) {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{state_->mutex};
     state_type& st = *state_;
     if (st.closed) throw channel_closed{};
@@ -281,7 +251,7 @@ class broadcast {
   /// Closes the broadcast (idempotent): later sends throw channel_closed,
   /// receivers drain and then see std::nullopt.
   void close() noexcept {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{state_->mutex};
     state_->closed = true;
     wakes.take_all(state_->waiters);

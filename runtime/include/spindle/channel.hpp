@@ -74,106 +74,13 @@
 #include <utility>
 
 #include "spindle/detail/task_header.hpp"
+#include "spindle/detail/ring_buffer.hpp"
 #include "spindle/detail/wait_list.hpp"
-#include "spindle/detail/wake_chain.hpp"
 #include "spindle/errors.hpp"
 
 namespace spindle {
 
 namespace detail {
-
-/// Growable FIFO ring of T (with push_front for give-backs). Not
-/// thread-safe. Capacity doubles when full; it never shrinks.
-template <class T>
-class ring_buffer {
- public:
-  ring_buffer() noexcept = default;
-  ring_buffer(ring_buffer const&) = delete;
-  ring_buffer& operator=(ring_buffer const&) = delete;
-  ~ring_buffer() {
-    clear();
-    if (data_ != nullptr) std::allocator<T>{}.deallocate(data_, cap_);
-  }
-
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-
-  /// Makes room for at least `n` values. Throws std::bad_alloc.
-  void reserve(std::size_t n) {
-    if (n > cap_) reallocate(n);
-  }
-
-  /// Appends. Throws std::bad_alloc before moving from `v`.
-  void push_back(T&& v) {
-    if (size_ == cap_) grow();
-    std::construct_at(slot(head_ + size_), std::move(v));
-    ++size_;
-  }
-
-  /// Prepends. Throws std::bad_alloc before moving from `v`.
-  void push_front(T&& v) {
-    if (size_ == cap_) grow();
-    head_ = head_ == 0 ? cap_ - 1 : head_ - 1;
-    std::construct_at(data_ + head_, std::move(v));
-    ++size_;
-  }
-
-  /// Removes and returns the first value. Precondition: !empty().
-  T pop_front() noexcept {
-    T* p = data_ + head_;
-    T v(std::move(*p));
-    std::destroy_at(p);
-    head_ = head_ + 1 == cap_ ? 0 : head_ + 1;
-    --size_;
-    return v;
-  }
-
-  void clear() noexcept {
-    while (size_ != 0) {
-      std::destroy_at(data_ + head_);
-      head_ = head_ + 1 == cap_ ? 0 : head_ + 1;
-      --size_;
-    }
-    head_ = 0;
-  }
-
- private:
-  T* slot(std::size_t i) noexcept { return data_ + (i >= cap_ ? i - cap_ : i); }
-
-  void grow() { reallocate(cap_ < 4 ? 4 : cap_ * 2); }
-
-  void reallocate(std::size_t n) {
-    T* fresh = std::allocator<T>{}.allocate(n);
-    for (std::size_t i = 0; i < size_; ++i) {
-      T* from = slot(head_ + i);
-      std::construct_at(fresh + i, std::move(*from));
-      std::destroy_at(from);
-    }
-    if (data_ != nullptr) std::allocator<T>{}.deallocate(data_, cap_);
-    data_ = fresh;
-    cap_ = n;
-    head_ = 0;
-  }
-
-  T* data_ = nullptr;
-  std::size_t cap_ = 0;
-  std::size_t head_ = 0;
-  std::size_t size_ = 0;
-};
-
-/// Throws std::system_error(operation_not_permitted) unless `self` is set.
-inline void require_task(task_header* self, char const* what) {
-  if (self == nullptr) {
-    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted), what);
-  }
-}
-
-/// Throws std::system_error(operation_not_permitted) inside a spindle task.
-inline void require_no_task(char const* what) {
-  if (current_task() != nullptr) {
-    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted), what);
-  }
-}
 
 /// How a wait ended. Written by the waker under the primitive's lock.
 enum class channel_wait_status : unsigned char { waiting, done, closed };
@@ -234,7 +141,7 @@ class channel {
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);
       detail::require_task(self, "spindle: channel send awaited outside a spindle task");
-      detail::wake_chain wakes;
+      detail::wake_batch wakes;
       std::lock_guard lock{ch_->mutex_};
       if (ch_->closed_) {
         this->status = detail::channel_wait_status::closed;
@@ -276,13 +183,13 @@ class channel {
   /// Sends without waiting. Returns false, leaving `v` untouched, when the
   /// channel is full or closed.
   [[nodiscard]] bool try_send(T&& v) {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{mutex_};
     return !closed_ && try_send_locked(v, wakes);
   }
   /// Sends a copy of `v` without waiting; false when full or closed.
   [[nodiscard]] bool try_send(T const& v) requires std::copy_constructible<T> {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{mutex_};
     if (closed_ || !has_room_locked()) return false;
     T copy(v);
@@ -297,7 +204,7 @@ class channel {
     detail::require_no_task("spindle: channel::blocking_send inside a spindle task");
     send_node node;
     {
-      detail::wake_chain wakes;
+      detail::wake_batch wakes;
       std::lock_guard lock{mutex_};
       if (closed_) throw channel_closed{};
       if (try_send_locked(v, wakes)) return;
@@ -323,7 +230,7 @@ class channel {
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);
       detail::require_task(self, "spindle: channel recv awaited outside a spindle task");
-      detail::wake_chain wakes;
+      detail::wake_batch wakes;
       std::lock_guard lock{ch_->mutex_};
       if (!ch_->try_recv_locked(this->slot, wakes) && !ch_->drained_locked()) {
         this->task = self;
@@ -360,7 +267,7 @@ class channel {
   /// drained; see is_closed()).
   [[nodiscard]] std::optional<T> try_recv() {
     std::optional<T> out;
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{mutex_};
     try_recv_locked(out, wakes);
     return out;
@@ -373,7 +280,7 @@ class channel {
     detail::require_no_task("spindle: channel::blocking_recv inside a spindle task");
     recv_node node;
     {
-      detail::wake_chain wakes;
+      detail::wake_batch wakes;
       std::lock_guard lock{mutex_};
       if (try_recv_locked(node.slot, wakes) || drained_locked()) return std::move(node.slot);
       receivers_.push_back(&node);
@@ -386,7 +293,7 @@ class channel {
 
   /// Closes the channel (see the file comment). Idempotent.
   void close() noexcept {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{mutex_};
     if (closed_) return;
     closed_ = true;
@@ -395,7 +302,7 @@ class channel {
     end_receivers_if_drained(wakes);
     while (detail::wait_node* n = senders_.pop_front()) {
       static_cast<send_node*>(n)->status = detail::channel_wait_status::closed;
-      wakes.add(n);
+      wakes.push(n);
     }
   }
 
@@ -436,28 +343,28 @@ class channel {
   }
 
   // Wakes every waiting receiver with the end once drained_locked().
-  void end_receivers_if_drained(detail::wake_chain& wakes) noexcept {
+  void end_receivers_if_drained(detail::wake_batch& wakes) noexcept {
     if (!drained_locked()) return;
     while (detail::wait_node* n = receivers_.pop_front()) {
       static_cast<recv_node*>(n)->status = detail::channel_wait_status::closed;
-      wakes.add(n);
+      wakes.push(n);
     }
   }
 
   // Hands `v` to the first waiting receiver. Caller holds the lock.
-  void hand_to_receiver(detail::wait_node* n, T&& v, detail::wake_chain& wakes) noexcept {
+  void hand_to_receiver(detail::wait_node* n, T&& v, detail::wake_batch& wakes) noexcept {
     auto* r = static_cast<recv_node*>(n);
     r->slot.emplace(std::move(v));
     r->status = detail::channel_wait_status::done;
     // A task may be aborted before it resumes and give the value back.
     if (r->task != nullptr) ++in_flight_;
-    wakes.add(r);
+    wakes.push(r);
   }
 
   // A receiving task resumed with a handed value: it can no longer give it
   // back.
   void confirm_handed() noexcept {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{mutex_};
     --in_flight_;
     end_receivers_if_drained(wakes);
@@ -465,7 +372,7 @@ class channel {
 
   // Hands `v` to a waiting receiver or buffers it. Moves from `v` only when
   // it returns true. Caller holds the lock and checked closed_.
-  bool try_send_locked(T& v, detail::wake_chain& wakes) {
+  bool try_send_locked(T& v, detail::wake_batch& wakes) {
     if (detail::wait_node* n = receivers_.pop_front()) {
       hand_to_receiver(n, std::move(v), wakes);
       return true;
@@ -480,7 +387,7 @@ class channel {
   // Takes the oldest value into `out` (buffer first, then a waiting
   // sender's), admitting one waiting sender into the freed slot. Caller holds
   // the lock.
-  bool try_recv_locked(std::optional<T>& out, detail::wake_chain& wakes) noexcept {
+  bool try_recv_locked(std::optional<T>& out, detail::wake_batch& wakes) noexcept {
     if (!buffer_.empty()) {
       out.emplace(buffer_.pop_front());
       // A slot was freed: the ring has room, push_back cannot allocate.
@@ -488,7 +395,7 @@ class channel {
         auto* s = static_cast<send_node*>(senders_.pop_front());
         buffer_.push_back(std::move(*s->value));
         s->status = detail::channel_wait_status::done;
-        wakes.add(s);
+        wakes.push(s);
       }
       return true;
     }
@@ -496,7 +403,7 @@ class channel {
       auto* s = static_cast<send_node*>(n);
       out.emplace(std::move(*s->value));
       s->status = detail::channel_wait_status::done;
-      wakes.add(s);
+      wakes.push(s);
       return true;
     }
     return false;
@@ -513,7 +420,7 @@ class channel {
   // value already handed to it goes to the next waiting receiver or back to
   // the front of the buffer.
   void abandon_recv(recv_node* node) noexcept {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{mutex_};
     if (receivers_.remove(node)) return;
     if (node->status != detail::channel_wait_status::done || !node->slot) return;

@@ -36,7 +36,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "spindle/channel.hpp"
 #include "spindle/detail/frame_pool.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"

@@ -54,11 +54,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "spindle/channel.hpp"
 #include "spindle/detail/state_waiter.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
-#include "spindle/detail/wake_chain.hpp"
 #include "spindle/errors.hpp"
 
 namespace spindle {
@@ -67,6 +65,8 @@ namespace detail {
 
 template <class T>
 struct watch_state {
+  static constexpr char const* empty_receiver = "spindle: empty watch receiver";
+
   template <class... A>
   explicit watch_state(A&&... a) : value(std::forward<A>(a)...) {}
 
@@ -95,12 +95,16 @@ class watch {
   /// Closes the watch.
   ~watch() { close(); }
 
-  class receiver {
+  class receiver : public detail::receiver_base<state_type> {
    public:
     receiver() noexcept = default;
-    receiver(receiver const& other) : state_(other.state_), seen_(other.seen_) { attach(); }
+    receiver(receiver const& other)
+        : detail::receiver_base<state_type>(other.state_), seen_(other.seen_) {
+      attach();
+    }
     receiver(receiver&& other) noexcept
-        : state_(std::move(other.state_)), seen_(std::exchange(other.seen_, 0)) {}
+        : detail::receiver_base<state_type>(std::move(other.state_)),
+          seen_(std::exchange(other.seen_, 0)) {}
     receiver& operator=(receiver other) noexcept {
       swap(other);
       return *this;
@@ -112,42 +116,20 @@ class watch {
       std::swap(seen_, other.seen_);
     }
 
-    class [[nodiscard]] changed_awaiter : detail::state_waiter<state_type> {
-     public:
-      explicit changed_awaiter(receiver* rx) noexcept : rx_(rx) {}
-
-      bool await_ready() const {
-        rx_->check_valid();
-        return false;
-      }
-      bool await_suspend(std::coroutine_handle<> caller) {
-        return this->suspend_unless(caller, rx_->state_.get(),
-                                    "spindle: watch changed() awaited outside a spindle task",
-                                    [this] { return rx_->ready_locked(); });
-      }
-      /// True: a newer value exists (now marked seen). False: the watch is
-      /// closed and this receiver has seen its last value.
-      bool await_resume() noexcept {
-        std::lock_guard lock{this->resumed()};
-        return rx_->mark_seen_locked();
-      }
-
-     private:
-      receiver* rx_;
-    };
+    /// Awaits a change: true when a newer value exists (now marked seen),
+    /// false when the watch is closed and this receiver has seen its last
+    /// value.
+    using changed_awaiter = detail::receiver_awaiter<receiver, state_type>;
 
     /// Waits until a value newer than the last one this receiver saw exists
-    /// (see changed_awaiter::await_resume). The receiver must outlive the
-    /// wait.
+    /// (see changed_awaiter). The receiver must outlive the wait.
     [[nodiscard]] changed_awaiter changed() noexcept { return changed_awaiter{this}; }
 
     /// Blocks a thread outside the runtime like changed(). Throws
     /// std::system_error(operation_not_permitted) inside a spindle task.
     bool blocking_changed() {
-      check_valid();
-      detail::require_no_task("spindle: watch blocking_changed inside a spindle task");
-      return detail::wait_as_thread_unless(
-          *state_, [this] { return ready_locked(); }, [this] { return mark_seen_locked(); });
+      return changed_awaiter::wait_as_thread(
+          *this, "spindle: watch blocking_changed inside a spindle task");
     }
 
     /// True when a value newer than the last seen one exists (no waiting).
@@ -172,31 +154,24 @@ class watch {
       return state_->value;
     }
 
-    /// True once the watch is closed.
-    [[nodiscard]] bool is_closed() const {
-      check_valid();
-      std::lock_guard lock{state_->mutex};
-      return state_->closed;
-    }
-    [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
-
    private:
     friend class watch;
-    receiver(std::shared_ptr<state_type> s, std::uint64_t seen) noexcept
-        : state_(std::move(s)), seen_(seen) {}
+    friend class detail::receiver_awaiter<receiver, state_type>;
+    using detail::receiver_base<state_type>::state_;
+    using detail::receiver_base<state_type>::check_valid;
+    static constexpr char const* outside_task =
+        "spindle: watch changed() awaited outside a spindle task";
 
-    void check_valid() const {
-      if (!state_) {
-        throw std::system_error(std::make_error_code(std::errc::invalid_argument),
-                                "spindle: empty watch receiver");
-      }
-    }
+    receiver(std::shared_ptr<state_type> s, std::uint64_t seen) noexcept
+        : detail::receiver_base<state_type>(std::move(s)), seen_(seen) {}
+
     // changed() completes at once: something newer, or closed.
     [[nodiscard]] bool ready_locked() const noexcept {
       return state_->version != seen_ || state_->closed;
     }
-    bool mark_seen_locked() noexcept {
-      if (state_->version == seen_) return false;  // closed, nothing newer
+    // Marks the newest value seen: false when there is none (closed).
+    bool result_locked() noexcept {
+      if (state_->version == seen_) return false;
       seen_ = state_->version;
       return true;
     }
@@ -214,7 +189,6 @@ class watch {
       state_.reset();
     }
 
-    std::shared_ptr<state_type> state_;
     std::uint64_t seen_ = 0;
   };
 
@@ -236,7 +210,7 @@ class watch {
   /// (changes it made stay, unversioned).
   template <class Fn>
   void modify(Fn&& fn) {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{state_->mutex};
     if (state_->closed) throw channel_closed{};
     std::forward<Fn>(fn)(state_->value);
@@ -252,7 +226,7 @@ class watch {
 
   /// Closes the watch (idempotent) and wakes every waiting receiver.
   void close() noexcept {
-    detail::wake_chain wakes;
+    detail::wake_batch wakes;
     std::lock_guard lock{state_->mutex};
     state_->closed = true;
     wakes.take_all(state_->waiters);

@@ -5,7 +5,7 @@
 // Shape: state_waiter<State> is a base of the awaiter and its own wait node
 // (no allocation per wait). State has `std::mutex mutex` guarding the
 // condition and `wait_list waiters`; the waker takes every node of `waiters`
-// under the mutex and notifies them after unlocking (detail::wake_chain). A
+// under the mutex and notifies them after unlocking (detail::wake_batch). A
 // woken node carries nothing, so an aborted or destroyed waiter has nothing
 // to give back: it only unlinks itself if it is still linked. The awaiter
 // supplies the condition and what await_resume reads:
@@ -20,7 +20,9 @@
 //   }
 //
 // Threads outside the runtime wait with wait_as_thread_unless (same
-// condition, same list).
+// condition, same list). receiver_base and receiver_awaiter are what the
+// broadcast and watch receivers share on top of it: the shared state and its
+// checks, and the awaiter of their one wait.
 //
 // Errors: suspend_unless throws std::system_error(operation_not_permitted)
 // with the given message outside a spindle task.
@@ -29,9 +31,10 @@
 #pragma once
 
 #include <coroutine>
+#include <memory>
 #include <mutex>
+#include <system_error>
 
-#include "spindle/channel.hpp"  // detail::require_task
 #include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
 
@@ -106,5 +109,72 @@ auto wait_as_thread_unless(State& state, Ready ready, Take take) {
   std::lock_guard lock{state.mutex};
   return take();
 }
+
+/// What a receiver of a state_waiter state holds and checks (broadcast and
+/// watch receivers). State names its empty-receiver error message
+/// (State::empty_receiver).
+template <class State>
+class receiver_base {
+ public:
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  /// True once the sender side closed (values may still be unread). Throws
+  /// std::system_error(invalid_argument) on an empty receiver.
+  [[nodiscard]] bool is_closed() const {
+    check_valid();
+    std::lock_guard lock{state_->mutex};
+    return state_->closed;
+  }
+
+ protected:
+  receiver_base() noexcept = default;
+  explicit receiver_base(std::shared_ptr<State> s) noexcept : state_(std::move(s)) {}
+
+  /// Throws std::system_error(invalid_argument) on an empty (moved-from or
+  /// default-constructed) receiver.
+  void check_valid() const {
+    if (!state_) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              State::empty_receiver);
+    }
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+/// The awaiter of a receiver's wait: completes when Rx::ready_locked()
+/// holds and returns Rx::result_locked(), both under the state's mutex. Rx
+/// names the message for an await outside a task (Rx::outside_task) and
+/// befriends this class.
+template <class Rx, class State>
+class receiver_awaiter : state_waiter<State> {
+ public:
+  explicit receiver_awaiter(Rx* rx) noexcept : rx_(rx) {}
+
+  bool await_ready() const {
+    rx_->check_valid();
+    return false;
+  }
+  bool await_suspend(std::coroutine_handle<> caller) {
+    return this->suspend_unless(caller, rx_->state_.get(), Rx::outside_task,
+                                [this] { return rx_->ready_locked(); });
+  }
+  decltype(auto) await_resume() noexcept(noexcept(std::declval<Rx&>().result_locked())) {
+    std::lock_guard lock{this->resumed()};
+    return rx_->result_locked();
+  }
+
+  /// The same wait for a thread outside the runtime (blocking_ calls).
+  /// Throws std::system_error(operation_not_permitted) with `inside_task`
+  /// inside a spindle task.
+  static auto wait_as_thread(Rx& rx, char const* inside_task) {
+    rx.check_valid();
+    require_no_task(inside_task);
+    return wait_as_thread_unless(
+        *rx.state_, [&rx] { return rx.ready_locked(); }, [&rx] { return rx.result_locked(); });
+  }
+
+ private:
+  Rx* rx_;
+};
 
 }  // namespace spindle::detail

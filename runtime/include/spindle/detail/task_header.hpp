@@ -40,6 +40,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <system_error>
 
 #include "spindle/task.hpp"
 
@@ -167,6 +168,20 @@ void yield_current() noexcept;
 
 /// The task the calling thread is polling now, or nullptr.
 [[nodiscard]] task_header* current_task() noexcept;
+
+/// Throws std::system_error(operation_not_permitted) unless `self` is set.
+inline void require_task(task_header* self, char const* what) {
+  if (self == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted), what);
+  }
+}
+
+/// Throws std::system_error(operation_not_permitted) inside a spindle task.
+inline void require_no_task(char const* what) {
+  if (current_task() != nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted), what);
+  }
+}
 
 /// current_worker_index() on a thread that is not a worker.
 inline constexpr std::size_t not_a_worker = static_cast<std::size_t>(-1);

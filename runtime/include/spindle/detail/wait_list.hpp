@@ -121,12 +121,6 @@ class wait_list {
     return true;
   }
 
-  /// Moves every node of this list to the end of `other`, in order.
-  void splice_into(wait_list& other) noexcept {
-    while (wait_node* n = pop_front())
-      other.push_back(n);
-  }
-
  private:
   wait_node* head_ = nullptr;
   wait_node* tail_ = nullptr;
@@ -135,7 +129,17 @@ class wait_list {
 
 /// Unlinked nodes waiting to be notified once the owner's lock is released,
 /// in the order they were pushed. Chains them through `next` (the nodes are
-/// in no list). Its destructor notifies whatever is left.
+/// in no list). Its destructor notifies whatever is left, so declare it
+/// before the lock guard and it notifies after the unlock:
+///
+///   detail::wake_batch wakes;
+///   std::lock_guard lock{mutex_};
+///   if (wait_node* n = waiters_.pop_front()) wakes.push(n);
+///   // ~lock_guard unlocks, then ~wake_batch notifies
+///
+/// Thread-safety: one batch belongs to one thread.
+/// Design source: Tokio's WakeList (wakers collected under the lock, woken
+/// after it is released).
 class wake_batch {
  public:
   wake_batch() noexcept = default;
@@ -154,6 +158,12 @@ class wake_batch {
       head_ = n;
     }
     tail_ = n;
+  }
+
+  /// Unlinks every node of `list` (under its owner's lock) and adds it.
+  void take_all(wait_list& list) noexcept {
+    while (wait_node* n = list.pop_front())
+      push(n);
   }
 
   /// Notifies every node, front first. Call without the owner's lock.
