@@ -44,7 +44,7 @@ struct barrier_node : sync_node {
 };
 }  // namespace detail
 
-class barrier {
+class barrier : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "barrier";
   class arrive_awaiter;
@@ -68,11 +68,6 @@ class barrier {
   /// Number of phases completed so far.
   [[nodiscard]] std::uint64_t phase() const;
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   template <class, class>
@@ -83,8 +78,6 @@ class barrier {
   void withdrawn_locked(node& n, detail::wake_batch& wakes) noexcept;
   void give_back_locked(node& n, detail::wake_batch& wakes) noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   std::ptrdiff_t const expected_;
   std::ptrdiff_t arrived_ = 0;  ///< in the current phase, waiters included
   std::uint64_t phase_ = 0;

@@ -32,7 +32,7 @@
 
 namespace spindle {
 
-class event {
+class event : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "event";
   class wait_awaiter;
@@ -52,22 +52,13 @@ class event {
   /// For plain threads outside the runtime: blocks until the event is set.
   void blocking_wait();
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   template <class, class>
   friend class detail::sync_awaiter;
 
   bool take_locked(detail::sync_node& n, detail::wake_batch& wakes) noexcept;
-  void withdrawn_locked(detail::sync_node& n, detail::wake_batch& wakes) noexcept;
-  void give_back_locked(detail::sync_node& n, detail::wake_batch& wakes) noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   std::atomic<bool> set_;  ///< written under state_lock_
 };
 

@@ -33,7 +33,7 @@
 
 namespace spindle {
 
-class latch {
+class latch : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "latch";
   class wait_awaiter;
@@ -57,22 +57,13 @@ class latch {
   /// For plain threads outside the runtime: blocks until the count is 0.
   void blocking_wait();
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   template <class, class>
   friend class detail::sync_awaiter;
 
   bool take_locked(detail::sync_node& n, detail::wake_batch& wakes) noexcept;
-  void withdrawn_locked(detail::sync_node& n, detail::wake_batch& wakes) noexcept;
-  void give_back_locked(detail::sync_node& n, detail::wake_batch& wakes) noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   std::atomic<std::ptrdiff_t> count_;  ///< written under state_lock_
 };
 

@@ -73,7 +73,7 @@ class [[nodiscard]] mutex_guard {
   spindle::mutex* m_ = nullptr;
 };
 
-class mutex {
+class mutex : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "mutex";
   class lock_awaiter;
@@ -97,11 +97,6 @@ class mutex {
   /// is its own (same FIFO queue as the tasks).
   [[nodiscard]] mutex_guard blocking_lock();
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   friend class mutex_guard;
@@ -114,8 +109,6 @@ class mutex {
   void unlock_locked(detail::wake_batch& wakes) noexcept;
   void unlock_held() noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   bool locked_ = false;  ///< stays true while the lock is handed from holder to waiter
 };
 

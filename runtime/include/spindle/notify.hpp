@@ -50,7 +50,7 @@ struct notify_node : sync_node {
 };
 }  // namespace detail
 
-class notify {
+class notify : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "notify";
   class wait_awaiter;
@@ -70,11 +70,6 @@ class notify {
   /// For plain threads outside the runtime: blocks until notified.
   void blocking_wait();
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   template <class, class>
@@ -86,8 +81,6 @@ class notify {
   void give_back_locked(node& n, detail::wake_batch& wakes) noexcept;
   void notify_one_locked(detail::wake_batch& wakes) noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   bool permit_ = false;
   std::atomic<std::uint64_t> generation_{0};  ///< bumped by notify_all() under state_lock_
 };

@@ -87,7 +87,7 @@ using rwlock_read_guard = rwlock_guard<false>;
 /// Owns the exclusive (write) lock of an rwlock.
 using rwlock_write_guard = rwlock_guard<true>;
 
-class rwlock {
+class rwlock : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "rwlock";
   class read_awaiter;
@@ -119,11 +119,6 @@ class rwlock {
   [[nodiscard]] rwlock_read_guard blocking_lock_shared();
   [[nodiscard]] rwlock_write_guard blocking_lock();
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   template <bool>
@@ -138,8 +133,6 @@ class rwlock {
   void admit_locked(detail::wake_batch& wakes) noexcept;
   void unlock_held(bool exclusive) noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   std::size_t readers_ = 0;  ///< shared holders
   bool writer_ = false;      ///< the exclusive holder exists
 };

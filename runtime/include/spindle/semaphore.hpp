@@ -86,7 +86,7 @@ class [[nodiscard]] semaphore_permit {
   std::size_t count_ = 0;
 };
 
-class semaphore {
+class semaphore : public detail::sync_waiters {
  public:
   static constexpr char const* type_name = "semaphore";
   class acquire_awaiter;
@@ -118,11 +118,6 @@ class semaphore {
     return permits_.load(std::memory_order_acquire);
   }
 
-  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
-  [[nodiscard]] std::size_t waiter_count() const {
-    std::lock_guard<std::mutex> guard(state_lock_);
-    return waiters_.size();
-  }
 
  private:
   friend class semaphore_permit;
@@ -136,8 +131,6 @@ class semaphore {
   void serve_locked(detail::wake_batch& wakes) noexcept;
   void release_held(std::size_t n) noexcept;
 
-  mutable std::mutex state_lock_;
-  detail::wait_list waiters_;
   std::atomic<std::size_t> permits_;  ///< written under state_lock_; read lock-free
 };
 

@@ -26,10 +26,4 @@ bool event::take_locked(detail::sync_node& /*n*/, detail::wake_batch& /*wakes*/)
   return set_.load(std::memory_order_relaxed);
 }
 
-void event::withdrawn_locked(detail::sync_node& /*n*/, detail::wake_batch& /*wakes*/) noexcept {}
-
-void event::give_back_locked(detail::sync_node& /*n*/, detail::wake_batch& /*wakes*/) noexcept {
-  // A wait consumes nothing.
-}
-
 }  // namespace spindle

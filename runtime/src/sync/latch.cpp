@@ -40,10 +40,4 @@ bool latch::take_locked(detail::sync_node& /*n*/, detail::wake_batch& /*wakes*/)
   return count_.load(std::memory_order_relaxed) == 0;
 }
 
-void latch::withdrawn_locked(detail::sync_node& /*n*/, detail::wake_batch& /*wakes*/) noexcept {}
-
-void latch::give_back_locked(detail::sync_node& /*n*/, detail::wake_batch& /*wakes*/) noexcept {
-  // A wait consumes nothing.
-}
-
 }  // namespace spindle

@@ -4,11 +4,13 @@
 // Shape: sync_awaiter<Primitive, Node> is the awaiter and its own wait node
 // (Node derives from sync_node, which derives from wait_node), so a wait
 // allocates nothing. It implements the await / wake / cancel-hook protocol of
-// wait_list.hpp once; the primitive supplies, as private members that
-// sync_awaiter may use (friend):
+// wait_list.hpp once. The primitive derives from sync_waiters, which holds
 //
 //   std::mutex state_lock_;   guards the primitive's state and waiters_
 //   wait_list waiters_;       FIFO of waiting nodes (Node objects)
+//
+// and supplies, as private members that sync_awaiter may use (friend):
+//
 //   bool take_locked(Node&, wake_batch&) noexcept;
 //       Under the lock: complete at once (take the resource) if that is fair
 //       now; may hand resources to other waiters through the batch.
@@ -20,6 +22,8 @@
 //       Under the lock: the node was handed a resource (status granted) but
 //       its task was destroyed instead of resumed: return the resource (a
 //       lock, permits, a notify_one) to the next waiter or to the primitive.
+//   (sync_waiters has both as no-ops, for waits that consume nothing: event,
+//   latch.)
 //
 // A waker unlinks a node with waiters_.pop_front() (or remove), sets its
 // status to granted under the lock and pushes it into a wake_batch that
@@ -40,6 +44,7 @@
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -77,6 +82,32 @@ void grant_all(wait_list& list, wake_batch& wakes) noexcept {
   while (grant_front<Node>(list, wakes) != nullptr) {
   }
 }
+
+/// The lock and the wait list of a primitive that sync_awaiter serves, and
+/// the snapshot of its length. Derived from publicly by the primitive.
+class sync_waiters {
+ public:
+  sync_waiters(sync_waiters const&) = delete;
+  sync_waiters& operator=(sync_waiters const&) = delete;
+
+  /// Tasks and threads queued now (a snapshot, for diagnostics and tests).
+  [[nodiscard]] std::size_t waiter_count() const {
+    std::lock_guard<std::mutex> guard(state_lock_);
+    return waiters_.size();
+  }
+
+ protected:
+  sync_waiters() noexcept = default;
+  ~sync_waiters() = default;
+
+  /// For a wait that consumes nothing (event, latch): withdrawing a node
+  /// or destroying a served one has nothing to undo or give back.
+  void withdrawn_locked(sync_node& /*n*/, wake_batch& /*wakes*/) noexcept {}
+  void give_back_locked(sync_node& /*n*/, wake_batch& /*wakes*/) noexcept {}
+
+  mutable std::mutex state_lock_;
+  wait_list waiters_;
+};
 
 template <class Primitive, class Node = sync_node>
 class sync_awaiter : protected Node {
