@@ -180,19 +180,24 @@ TEST(IdleState, MoreThan64WorkersInTheBitmap) {
   EXPECT_EQ(idle.num_unparked(), n);
 }
 
-TEST(IdleState, TakeAllParkedClaimsEveryParkedWorker) {
+TEST(IdleState, NotifiersClaimEveryParkedWorkerAcrossBitmapWords) {
+  // Parked workers on both sides of each 64-bit word of the bitmap; each
+  // claim leaves a searcher, which gives up searching before the next one.
   constexpr std::size_t n = 130;
   idle_state idle(n);
   std::vector<std::size_t> parked = {0, 1, 63, 64, 65, 100, 127, 128, 129};
   for (std::size_t i : parked)
     EXPECT_FALSE(idle.transition_worker_to_parked(i, false));
-  std::vector<std::size_t> taken = idle.take_all_parked();
+  std::vector<std::size_t> taken;
+  for (std::size_t index; (index = idle.worker_to_notify()) != not_a_worker;) {
+    taken.push_back(index);
+    EXPECT_TRUE(idle.transition_worker_from_searching());
+  }
   std::sort(taken.begin(), taken.end());
   EXPECT_EQ(taken, parked);
   EXPECT_EQ(idle.num_unparked(), n);
   for (std::size_t i : parked)
     EXPECT_FALSE(idle.is_parked(i));
-  EXPECT_TRUE(idle.take_all_parked().empty());
 }
 
 // Workers park and wake concurrently (by themselves or claimed by

@@ -71,18 +71,6 @@ bool idle_state::is_parked(std::size_t index) noexcept {
   return (parked_bitmap_[index / 64] >> (index % 64)) & 1;
 }
 
-std::vector<std::size_t> idle_state::take_all_parked() {
-  std::vector<std::size_t> out;
-  std::lock_guard lock(mutex_);
-  for (;;) {
-    std::size_t index = pop_parked_locked();
-    if (index == not_a_worker) break;
-    state_.fetch_add(unparked_one, std::memory_order_seq_cst);
-    out.push_back(index);
-  }
-  return out;
-}
-
 std::size_t idle_state::pop_parked_locked() noexcept {
   if (num_parked_ == 0) return not_a_worker;
   for (std::size_t w = 0; w < parked_bitmap_.size(); ++w) {

@@ -47,8 +47,6 @@ class idle_state {
   bool unpark_worker_by_id(std::size_t index) noexcept;
   /// True while worker `index` is registered as parked.
   [[nodiscard]] bool is_parked(std::size_t index) noexcept;
-  /// Claims every parked worker (shutdown); returns their indices.
-  std::vector<std::size_t> take_all_parked();
 
   [[nodiscard]] std::uint32_t num_searching() const noexcept {
     return searching_of(state_.load(std::memory_order_acquire));
