@@ -159,7 +159,7 @@ TEST(BlockOn, TaskWokenFromAForeignThread) {
   setter.join();
 }
 
-// DESIGN.md: block_on "runs a task to completion from a non-worker thread,
+// docs/design.md: block_on "runs a task to completion from a non-worker thread,
 // the caller helps (block-on-complete)". With the only worker busy, the
 // caller must run the task itself.
 TEST(BlockOn, CallerRunsTheTaskWhenEveryWorkerIsBusy) {

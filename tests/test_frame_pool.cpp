@@ -320,7 +320,7 @@ TEST(FramePool, BlocksAreAlignedAndUsable) {
     frame_deallocate(p, s);
 }
 
-// DESIGN.md: "steady-state spawn/await does not call malloc". One worker, so
+// docs/design.md: "steady-state spawn/await does not call malloc". One worker, so
 // every frame and header is allocated and freed on the same thread.
 spindle::task<int> child(int i) {
   co_return i + 1;

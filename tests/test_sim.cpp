@@ -1,5 +1,5 @@
 // Deterministic simulation of the scheduler's decisions and of the task
-// state machine (seed 000).
+// state machine (the scanner executor).
 //
 // The production decision code (scheduler_core: next_task, schedule_local,
 // push_remote, notify_parked, after_tick's tiered idle, begin_park,

@@ -6,7 +6,7 @@
 //   spindle::runtime rt{{.workers = 4}};
 //   int v = rt.block_on(compute());
 //
-// Design source: DESIGN.md "Public contract".
+// Design source: docs/design.md "Public contract".
 #pragma once
 
 #include "spindle/barrier.hpp"

@@ -30,7 +30,7 @@
 // after the poll that submitted the op has returned, so the fields written
 // before and during submit() are visible to it; `cancel` is the only field a
 // driver thread and the aborting thread write concurrently.
-// Design source: DESIGN.md "I/O driver"; the in-frame operation state follows
+// Design source: docs/design.md "I/O driver"; the in-frame operation state follows
 // the io_uring user_data convention of Tokio's and Glommio's drivers; the
 // cancel-then-wait-for-the-completion rule is io_uring's (a buffer stays in
 // use until the CQE).

@@ -33,7 +33,7 @@
 // op's `queued` and `home`) is guarded by its mutex.
 // The wake-versus-stop race is closed by a count of wakes in progress that
 // on_worker_stop waits to drop to zero after raising `stopping_`.
-// Design source: DESIGN.md "I/O driver" (fallback), Tokio's blocking pool.
+// Design source: docs/design.md "I/O driver" (fallback), Tokio's blocking pool.
 #pragma once
 
 #include <atomic>

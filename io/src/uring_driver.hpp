@@ -48,8 +48,8 @@
 // worker i's thread (the single issuer). The remote list and the cancel list
 // are guarded by the remote mutex; unpark(), cancel() and submit() from
 // non-workers may come from any thread.
-// Design source: DESIGN.md "I/O driver"; Tokio's driver/park split; Veloq
-// (seed 003) for parking inside the ring; liburing's man pages for the
+// Design source: docs/design.md "I/O driver"; Tokio's driver/park split; Veloq
+// for parking inside the ring; liburing's man pages for the
 // SINGLE_ISSUER / DEFER_TASKRUN / R_DISABLED rules.
 #pragma once
 

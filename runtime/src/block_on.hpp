@@ -12,7 +12,7 @@
 // Thread-safety: block_on_sleepers from any thread (the list under its
 // mutex, the count read lock-free by pushes).
 // Design source: Tokio's block_on (the calling thread drives its future) and
-// Volt's inject-queue help (seed 002).
+// Volt's inject-queue help.
 #pragma once
 
 #include <atomic>

@@ -36,7 +36,7 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
   } else {
     to_ring = std::exchange(w->lifo_slot, task);
     if (to_ring == nullptr) {
-      // Wake-on-hoard (seed 000): a worker that keeps scheduling locally
+      // Wake-on-hoard (the scanner executor): a worker that keeps scheduling locally
       // wakes a sibling now and then, so that the work piling up in its ring
       // gets stolen even if the wake for it was missed. Only when the ring
       // holds work: the LIFO slot cannot be stolen, so in a chain of spawns

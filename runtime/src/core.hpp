@@ -25,8 +25,8 @@
 // Thread-safety: next_task, end_tick, begin_park, transition_from_parked,
 // end_park and schedule_local for worker w run on w's thread only (or on
 // the simulator's thread); push_remote and notify_parked from any thread.
-// Design source: Volt's scheduler (seed 002), Tokio's worker.rs; the split
-// for deterministic simulation follows seed 000.
+// Design source: Volt's scheduler, Tokio's worker.rs; the split
+// for deterministic simulation follows the scanner executor.
 #pragma once
 
 #include <cstddef>
@@ -130,7 +130,7 @@ class scheduler_core {
     return false;
   }
 
-  /// What a worker does after a tick (tiered idle, seed 000).
+  /// What a worker does after a tick (tiered idle, the scanner executor).
   enum class idle_step : std::uint8_t {
     run,    ///< the tick made progress or local work waits: the next tick at once
     spin,   ///< found nothing: spin a little (the CPU's pause), then tick again

@@ -25,8 +25,8 @@
 // thread; unpark(), submit() and cancel() may come from any thread. io_host's
 // calls may come from any thread.
 // Design source: Tokio's driver/park split (runtime/driver.rs: the I/O
-// driver is given a handle to unpark and wake with), Volt's parking
-// (seed 002), and Veloq's park integrated with the I/O driver (seed 003).
+// driver is given a handle to unpark and wake with), Volt's parking,
+// and Veloq's park integrated with the I/O driver.
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // task_header::next) with an atomic length, so that emptiness is checked
 // without the lock. Workers take batches of up to 64 tasks per lock.
 // Thread-safety: every member may be called from any thread.
-// Design source: Volt's global queue (seed 002), Tokio's Inject.
+// Design source: Volt's global queue, Tokio's Inject.
 #pragma once
 
 #include <atomic>

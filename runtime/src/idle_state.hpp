@@ -17,7 +17,7 @@
 //    finds work (closes the race with producers that saw a searcher).
 //
 // Thread-safety: all members may be called from any thread.
-// Design source: Volt's IdleState (seed 002), Tokio's idle.rs.
+// Design source: Volt's IdleState, Tokio's idle.rs.
 #pragma once
 
 #include <atomic>

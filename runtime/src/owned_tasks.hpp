@@ -25,7 +25,7 @@
 // written under the shard's lock; `listed` by whoever holds the task (its
 // RUNNING bit, or the shutting-down thread once the workers are stopped).
 // Design source: Tokio's OwnedTasks (sharded lists, closed under the shard
-// lock), seed 000 (the accepting gate).
+// lock), the scanner executor (the accepting gate).
 #pragma once
 
 #include <atomic>

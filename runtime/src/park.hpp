@@ -10,7 +10,7 @@
 // every other wake-up, and an idle runtime without timers uses no CPU.
 //
 // Thread-safety: park/park_in_driver: the owning worker only. unpark: any thread.
-// Design source: Volt's ParkState (seed 002), Tokio's park.rs.
+// Design source: Volt's ParkState, Tokio's park.rs.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // xorshift64* generator for steal-victim selection (seeded: deterministic runs).
-// Design source: Volt's PRNG and seed 000's seeded victim RNG.
+// Design source: Volt's PRNG and the scanner executor's seeded victim RNG.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 // Thread-safety: push_back, pop, push_overflow: owner thread only.
 // steal_into: any other worker (the destination is the stealer's own queue).
 // len/is_empty: any thread (approximate when racing).
-// Design source: Volt's WorkStealQueue (seed 002), Tokio's queue.rs.
+// Design source: Volt's WorkStealQueue, Tokio's queue.rs.
 #pragma once
 
 #include <atomic>

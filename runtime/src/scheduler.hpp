@@ -3,7 +3,7 @@
 //
 // Thread-safety: spawn/schedule/stats from any thread; run_worker on the
 // worker's own thread; the destructor from the owner of the runtime.
-// Design source: Volt (seed 002), Tokio's multi_thread scheduler, seed 000.
+// Design source: Volt, Tokio's multi_thread scheduler, the scanner executor.
 #pragma once
 
 #include <atomic>

@@ -40,8 +40,7 @@
 // Thread-safety: every function may race with every other on the same task
 // from any thread; each is linearized by its CAS.
 // Design source: Tokio's task/state.rs (transition_to_running,
-// transition_to_idle, transition_to_notified_by_val), Volt's packed state
-// (seed 002).
+// transition_to_idle, transition_to_notified_by_val), Volt's packed state.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 // Thread-safety: `wheel` is guarded by `mutex`; `next_due` is written under
 // it and read without it (a stale read is early, never late: it only costs a
 // needless lock); `fired` belongs to the owner's thread.
-// Design source: Tokio's per-worker timer wheels (tokio 1.4x), Volt (seed 002).
+// Design source: Tokio's per-worker timer wheels (tokio 1.4x), Volt.
 #pragma once
 
 #include <atomic>

@@ -15,7 +15,7 @@
 // 64-byte entries in their frames and nothing else.
 //
 // Thread-safety: none; the owner (a timer_shard) holds a lock around it.
-// Design source: Volt's timer wheel (seed 002), Varghese and Lauck's
+// Design source: Volt's timer wheel, Varghese and Lauck's
 // hierarchical timing wheels, Tokio's time::wheel.
 #pragma once
 

@@ -7,7 +7,7 @@
 // the worker's timer wheel.
 // Thread-safety: everything but `queue`, `park`, `transitioning_to_park`,
 // `timers` (its own lock) and `counters` is touched only by the worker's own thread.
-// Design source: Volt's per-worker resources (seed 002), Tokio's worker.rs.
+// Design source: Volt's per-worker resources, Tokio's worker.rs.
 #pragma once
 
 #include <array>
@@ -63,11 +63,10 @@ struct worker {
   /// the budget are nested join polls (a task's children run inline where it
   /// awaits them); plain polls still stop at the budget. A refused join
   /// suspends the awaiting task and its awaiting ancestors, and the ring,
-  /// served oldest first, then starts the oldest pending subtree: with the
-  /// plain budget (128) fib(35) did that so often that the tree was walked
-  /// breadth-first (52 MB peak RSS, against 14 MB with 8, and 15-20% slower
-  /// with 2 workers, side by side). 1,024 nested polls of small tasks are
-  /// tens of microseconds between two I/O reaps.
+  /// served oldest first, then starts the oldest pending subtree; with the
+  /// plain budget a deep fork-join tree is walked breadth-first (why 8:
+  /// docs/tuning.md). 1,024 nested polls of small tasks are tens of
+  /// microseconds between two I/O reaps.
   static constexpr std::uint32_t inline_budget_factor = 8;
   std::uint32_t inline_depth = 0;
   /// Lowest stack address a nested poll may start from (0: unknown, the

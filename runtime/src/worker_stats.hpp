@@ -1,6 +1,6 @@
 // Per-worker counters: written only by the owning worker (load + store, no
 // read-modify-write), read by runtime::stats() from any thread.
-// Design source: Volt's per-worker stats (seed 002), Tokio's WorkerMetrics.
+// Design source: Volt's per-worker stats, Tokio's WorkerMetrics.
 #pragma once
 
 #include <atomic>

@@ -16,7 +16,7 @@
 //
 // Thread-safety: one handle is used by one thread at a time; is_finished() and
 // abort() may race with the task running on any worker.
-// Design source: Tokio's JoinHandle (detach on drop, abort), seed 000
+// Design source: Tokio's JoinHandle (detach on drop, abort), the scanner executor
 // (exceptions stored in the handle and rethrown at join).
 #pragma once
 

@@ -4,7 +4,7 @@
 // (run queue) and a 32-entry batch buffer for the global (inject) queue; each
 // tick polls at most `budget` (128) tasks, then reaps I/O completions. Idle
 // workers search (at most half of them at once), then park on a futex word,
-// or inside the io_uring ring when they have I/O in flight. See DESIGN.md,
+// or inside the io_uring ring when they have I/O in flight. See docs/design.md,
 // "Scheduler", for the full protocol.
 //
 // Errors: the constructor throws std::system_error with
@@ -23,8 +23,8 @@
 // race with other calls on the same runtime, nor with join_handle::abort()
 // of its tasks (join handles may outlive it: awaiting one then throws
 // task_cancelled, dropping or aborting one is safe).
-// Design source: Volt (seed 002) for the scheduler shape, Tokio's
-// multi-threaded scheduler for the idle/park protocol, seed 000 for the
+// Design source: Volt for the scheduler shape, Tokio's
+// multi-threaded scheduler for the idle/park protocol, the scanner executor for the
 // lifecycle (accepting flag + in-flight count, kept per worker shard with the
 // owned-task lists).
 //
@@ -44,12 +44,8 @@
 // as do jobs submitted once the shutdown began. Inside a job, spindle::spawn,
 // spindle::spawn_blocking and runtime::block_on may be used; the runtime must
 // not be destroyed from one of its own jobs (it would wait for itself).
-// GCC 12 miscompiles a closure whose captures have destructors (or any
-// aggregate temporary with such members) when it is created inside a
-// co_await full-expression: `co_await spawn_blocking([s = std::string()] {})`
-// destroys a capture twice. Name the handle first (`auto h =
-// spawn_blocking(...); co_await h;`); clang is not affected (reported as
-// chriskohlhoff/asio#858 and equeim/tremotesf2#551).
+// With GCC 12, name the handle before awaiting it (`auto h =
+// spawn_blocking(...); co_await h;`): docs/compilers.md.
 // Design source for the pool: Tokio's spawn_blocking / blocking pool.
 #pragma once
 
@@ -109,7 +105,7 @@ struct runtime_config {
   /// still lets other tasks, timers and I/O run. false (or the environment
   /// variable SPINDLE_CACHED_READS=0): every read goes through the driver.
   bool try_cached_reads = true;
-  /// Tiered idle (seed 000: spin, yield, then park). After a tick that found
+  /// Tiered idle (the scanner executor: spin, yield, then park). After a tick that found
   /// nothing, a worker looks again `idle_spins` more times, pausing its CPU
   /// for a moment between looks, then `idle_yields` more times, giving its
   /// CPU away (sched_yield) between looks, and only then parks on its
@@ -118,12 +114,7 @@ struct runtime_config {
   /// time burnt by an idle worker, taken from other threads when the cores
   /// are all busy. 0 and 0: park after the first empty tick (Tokio's
   /// behaviour). The environment variable SPINDLE_IDLE=spins,yields
-  /// overrides both. The defaults come from bench_runtime with 2 workers on
-  /// 2 cores, 3 alternating rounds each: 4 yields took chained_spawn from
-  /// 95-99 us to 76-80 us and left spawn_many_remote_idle/busy, ping_pong,
-  /// spawn_many_local, yield_many and fib within noise; any spin tier (8 or
-  /// more) doubled spawn_many_remote_idle (3.0-3.8 ms to 5.5-7.8 ms), its
-  /// idle worker taking the spawning thread's core.
+  /// overrides both. How the defaults were measured: docs/tuning.md.
   std::uint32_t idle_spins = 0;
   std::uint32_t idle_yields = 4;
 };

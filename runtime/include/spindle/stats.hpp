@@ -1,12 +1,13 @@
 // spindle::runtime_stats: a snapshot of the scheduler's counters.
 //
-// Shape: per-worker counters (kept by each worker without atomics contention:
-// written by the owner, read relaxed by stats()) merged into totals. All
-// counts are events since the runtime started.
+// Shape: per-worker counters (kept by each worker without read-modify-write:
+// the owner stores with release, stats() loads with acquire, so a completion
+// counted implies its spawn counted) merged into totals. All counts are
+// events since the runtime started.
 //
 // Thread-safety: runtime::stats() may be called from any thread at any time;
 // the snapshot is not atomic across counters.
-// Design source: Volt's Stats (seed 002), Tokio's RuntimeMetrics.
+// Design source: Volt's Stats, Tokio's RuntimeMetrics.
 #pragma once
 
 #include <cstdint>

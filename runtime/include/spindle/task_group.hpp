@@ -39,7 +39,7 @@
 // outside the group's children.
 // Design source: Trio's nursery and Kotlin's coroutineScope (structured
 // concurrency: the scope outlives its children), Tokio's JoinSet (abort on
-// drop), seed 000 (first exception rethrown at join).
+// drop), the scanner executor (first exception rethrown at join).
 #pragma once
 
 #include <cstddef>

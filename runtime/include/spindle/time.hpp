@@ -30,7 +30,7 @@
 //
 // Thread-safety: the awaiters belong to the awaiting task. A timer armed on
 // one worker may wake its task onto any worker.
-// Design source: Volt's timer wheel and sleep (seed 002), Tokio's
+// Design source: Volt's timer wheel and sleep, Tokio's
 // time::sleep / time::timeout.
 #pragma once
 

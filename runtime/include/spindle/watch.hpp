@@ -17,10 +17,8 @@
 // (the receiver only ever sees the latest value). get() returns a copy of the
 // latest value and marks it seen; peek() returns it without marking.
 //
-// Note for g++ 12.2 users: `if (co_await rx.changed())` or `while (...)` in
-// a coroutine whose body declares no local at its top level is miscompiled
-// (the body never starts; GCC PR 106188, fixed in 12.3). Bind the result to
-// a local first: `bool const changed = co_await rx.changed();`.
+// With g++ 12.2, bind the result of changed() to a local before testing it
+// (`bool const changed = co_await rx.changed();`): docs/compilers.md.
 //
 // Closing: close(), or destroying the watch<T>, closes it. changed() then
 // still reports a newer value the receiver has not seen (true), and after

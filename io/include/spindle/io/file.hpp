@@ -39,7 +39,7 @@
 // destroys it meanwhile. The file and every buffer passed to an operation must
 // outlive that operation's task. Tasks created by these functions are not
 // shared between threads except through the runtime.
-// Design source: DESIGN.md "Public contract" (namespace spindle::io) and
+// Design source: docs/design.md "Public contract" (namespace spindle::io) and
 // "I/O driver"; Tokio's tokio::fs and Glommio's DmaFile for the shape;
 // POSIX pread/pwrite for the semantics.
 #pragma once

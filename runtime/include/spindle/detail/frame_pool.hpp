@@ -11,7 +11,7 @@
 //
 // Thread-safety: each function touches the calling thread's lists, and the depot under a lock
 // per class once per 64 blocks at most.
-// Design source: seed 002 (Volt) and DESIGN.md "Coroutine frames are allocated
+// Design source: Volt and docs/design.md "Coroutine frames are allocated
 // from per-worker recycling pools"; the layout follows tcmalloc's per-thread
 // caches and transfer cache in miniature (Bonwick's magazines and depot).
 #pragma once

@@ -32,8 +32,8 @@
 // then on (state != 0): destroying the frame early (abort, shutdown) leaves
 // the block, which goes with the last reference (scheduler::free_task).
 // Design source: Tokio's task header / state.rs (header, core and trailer in
-// one allocation), Volt's 64-bit packed state
-// (seed 002), the notified-while-running rule of seed 004.
+// one allocation), Volt's 64-bit packed state,
+// the notified-while-running rule of the Go process scheduler.
 #pragma once
 
 #include <atomic>

@@ -16,7 +16,7 @@
 //
 // Thread-safety: arm/disarm from any thread of the runtime (worker or
 // block_on thread); the fields are guarded by the wheel's lock once armed.
-// Design source: Volt's hierarchical timer wheel (seed 002), Tokio's
+// Design source: Volt's hierarchical timer wheel, Tokio's
 // time::Entry (intrusive, lock-guarded, wakers collected then woken unlocked).
 #pragma once
 
