@@ -47,6 +47,7 @@
 #include <system_error>
 
 #include "driver.hpp"
+#include "intrusive_list.hpp"
 #include "spindle/detail/task_header.hpp"
 
 namespace spindle::io::detail {
@@ -113,6 +114,11 @@ struct io_op {
 namespace spindle::io::detail {
 
 using spindle::detail::io_op;
+/// The links of a driver's lists of ops (in flight, queued).
+using op_links = spindle::detail::intrusive_links<io_op, &io_op::prev, &io_op::next>;
+/// The links of the io_uring driver's cancel lists.
+using cancel_links =
+    spindle::detail::intrusive_links<io_op, &io_op::cancel_prev, &io_op::cancel_next>;
 
 /// Awaits one io_op. `co_await op_awaiter{...}` yields the op's result
 /// (>= 0 or -errno). Throws std::system_error(EPERM) when awaited outside a

@@ -84,14 +84,7 @@ bool threadpool_driver::submit(io_op& op) noexcept {
       op.result = -ECANCELED;
       return false;
     }
-    op.next = nullptr;
-    op.prev = tail_;
-    if (tail_ != nullptr) {
-      tail_->next = &op;
-    } else {
-      head_ = &op;
-    }
-    tail_ = &op;
+    op_links::push_back(head_, tail_, &op);
     op.queued = true;
   }
   // From here on `op` may complete and its frame resume at any time.
@@ -104,9 +97,7 @@ bool threadpool_driver::cancel(io_op& op) noexcept {
   {
     std::lock_guard lock(mutex_);
     if (op.queued) {
-      (op.prev != nullptr ? op.prev->next : head_) = op.next;
-      (op.next != nullptr ? op.next->prev : tail_) = op.prev;
-      op.next = op.prev = nullptr;
+      op_links::unlink(head_, tail_, &op);
       op.queued = false;
       unlinked = true;
       if (running_ == 0 && head_ == nullptr) idle_cv_.notify_all();
@@ -141,14 +132,7 @@ void threadpool_driver::run(std::size_t index) noexcept {
   for (;;) {
     work_cv_.wait(lock, [this] { return head_ != nullptr || stop_threads_; });
     if (head_ == nullptr) return;  // stop_threads_ and nothing left
-    io_op* op = head_;
-    head_ = op->next;
-    if (head_ != nullptr) {
-      head_->prev = nullptr;
-    } else {
-      tail_ = nullptr;
-    }
-    op->next = op->prev = nullptr;
+    io_op* op = op_links::pop_front(head_, tail_);
     op->queued = false;
     op->home = static_cast<std::uint32_t>(index);
     ++running_;

@@ -83,20 +83,11 @@ struct alignas(64) uring_driver::worker_ring {
   std::atomic<bool> cancel_pending{false};
 
   void track(io_op* op) noexcept {
-    op->prev = nullptr;
-    op->next = tracked;
-    if (tracked != nullptr) tracked->prev = op;
-    tracked = op;
+    op_links::push_front(tracked, op);
     in_flight.store(in_flight.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   void untrack(io_op* op) noexcept {
-    if (op->prev != nullptr) {
-      op->prev->next = op->next;
-    } else {
-      tracked = op->next;
-    }
-    if (op->next != nullptr) op->next->prev = op->prev;
-    op->next = op->prev = nullptr;
+    op_links::unlink(tracked, op);
     in_flight.store(in_flight.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
 
@@ -114,16 +105,11 @@ struct alignas(64) uring_driver::worker_ring {
   }
   /// Cancel list operations. Under remote_mutex.
   void link_cancel(io_op* op) noexcept {
-    op->cancel_next = nullptr;
-    op->cancel_prev = cancel_tail;
-    (cancel_tail != nullptr ? cancel_tail->cancel_next : cancel_head) = op;
-    cancel_tail = op;
+    cancel_links::push_back(cancel_head, cancel_tail, op);
     cancel_pending.store(true, std::memory_order_release);
   }
   void unlink_cancel(io_op* op) noexcept {
-    (op->cancel_prev != nullptr ? op->cancel_prev->cancel_next : cancel_head) = op->cancel_next;
-    (op->cancel_next != nullptr ? op->cancel_next->cancel_prev : cancel_tail) = op->cancel_prev;
-    op->cancel_next = op->cancel_prev = nullptr;
+    cancel_links::unlink(cancel_head, cancel_tail, op);
     if (cancel_head == nullptr) cancel_pending.store(false, std::memory_order_relaxed);
   }
   /// Drops every request (the worker stops: cancel_all covers their ops).

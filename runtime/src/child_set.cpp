@@ -5,9 +5,16 @@
 #include <system_error>
 #include <thread>
 
+#include "intrusive_list.hpp"
 #include "spindle/runtime.hpp"
 
 namespace spindle::detail {
+
+namespace {
+/// The links of the pending-children list.
+using pending_links =
+    intrusive_links<child_set::node, &child_set::node::prev, &child_set::node::next>;
+}  // namespace
 
 child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t index) noexcept {
   n->owner = this;
@@ -23,9 +30,7 @@ child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t
     if (closed_) return watch_result::closed;
     n->registered = true;
     aborting = aborting_;
-    n->next = pending_head_;
-    if (pending_head_ != nullptr) pending_head_->prev = n;
-    pending_head_ = n;
+    pending_links::push_front(pending_head_, n);
     ++pending_;
     // Under the lock, so that close() never sees a pending node that is not
     // registered yet. join_register only sets bits; it calls nothing back.
@@ -72,13 +77,7 @@ bool child_set::on_cancel(void* arg) noexcept {
 }
 
 void child_set::unlink_pending(node* n) noexcept {
-  if (n->prev != nullptr) {
-    n->prev->next = n->next;
-  } else {
-    pending_head_ = n->next;
-  }
-  if (n->next != nullptr) n->next->prev = n->prev;
-  n->prev = n->next = nullptr;
+  pending_links::unlink(pending_head_, n);
   --pending_;
 }
 

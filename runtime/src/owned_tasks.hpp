@@ -35,9 +35,14 @@
 #include <thread>
 #include <utility>
 
+#include "intrusive_list.hpp"
 #include "spindle/detail/task_header.hpp"
 
 namespace spindle::detail {
+
+/// The links of the owned-task lists (and of the unobserved-exception list).
+using owned_links =
+    intrusive_links<task_header, &task_header::owned_prev, &task_header::owned_next>;
 
 class owned_tasks {
  public:
@@ -71,15 +76,9 @@ class owned_tasks {
   void remove(task_header* task) noexcept {
     shard& s = shards_[task->owned_list];
     s.lock();
-    if (task->owned_prev != nullptr) {
-      task->owned_prev->owned_next = task->owned_next;
-    } else {
-      s.head = task->owned_next;
-    }
-    if (task->owned_next != nullptr) task->owned_next->owned_prev = task->owned_prev;
+    owned_links::unlink(s.head, task);
     --s.tasks;
     s.unlock();
-    task->owned_prev = task->owned_next = nullptr;
     task->listed = false;
   }
 
@@ -123,11 +122,8 @@ class owned_tasks {
     for (std::size_t i = 0; i < count_; ++i) {
       shard& s = shards_[i];
       s.lock();
-      task_header* task = s.head;
+      task_header* task = owned_links::pop_front(s.head);
       if (task != nullptr) {
-        s.head = task->owned_next;
-        if (s.head != nullptr) s.head->owned_prev = nullptr;
-        task->owned_prev = task->owned_next = nullptr;
         task->listed = false;
         --s.tasks;
       }
@@ -153,10 +149,7 @@ class owned_tasks {
   };
   static void link_locked(shard& s, task_header* task, std::size_t shard_index) noexcept {
     task->owned_list = static_cast<std::uint16_t>(shard_index);
-    task->owned_prev = nullptr;
-    task->owned_next = s.head;
-    if (s.head != nullptr) s.head->owned_prev = task;
-    s.head = task;
+    owned_links::push_front(s.head, task);
     task->listed = true;
     ++s.tasks;
   }

@@ -48,15 +48,6 @@ std::mutex& unobserved_lock() noexcept {
   return lock;
 }
 
-void unlink_unobserved(task_header*& head, task_header* task) noexcept {
-  if (task->owned_prev != nullptr) {
-    task->owned_prev->owned_next = task->owned_next;
-  } else {
-    head = task->owned_next;
-  }
-  if (task->owned_next != nullptr) task->owned_next->owned_prev = task->owned_prev;
-  task->owned_prev = task->owned_next = nullptr;
-}
 
 // The hook of a suspension whose awaiter cannot withdraw: abort waits for
 // the wake and destroys the frame then.
@@ -413,15 +404,12 @@ void scheduler::report_detached_exception(task_header* task, char const* what) n
 void scheduler::hold_unobserved(task_header* task) noexcept {
   std::lock_guard lock(unobserved_lock());
   task->unobserved = true;
-  task->owned_prev = nullptr;
-  task->owned_next = unobserved_;
-  if (unobserved_ != nullptr) unobserved_->owned_prev = task;
-  unobserved_ = task;
+  owned_links::push_front(unobserved_, task);
 }
 
 void scheduler::unhold_unobserved(task_header* task) noexcept {
   std::lock_guard lock(unobserved_lock());
-  unlink_unobserved(unobserved_, task);
+  owned_links::unlink(unobserved_, task);
   task->unobserved = false;
 }
 
@@ -437,7 +425,7 @@ void scheduler::release_unobserved(task_header* task) noexcept {
     if (untaken) print_unjoined_exception(task, "join_handle dropped with an unobserved exception");
     return;
   }
-  unlink_unobserved(sched->unobserved_, task);
+  owned_links::unlink(sched->unobserved_, task);
   if (untaken)
     sched->report_detached_exception(task, "join_handle dropped with an unobserved exception");
 }
@@ -464,7 +452,7 @@ void scheduler::detach_unobserved() noexcept {
   // reach this scheduler any more.
   std::lock_guard lock(unobserved_lock());
   while (task_header* task = unobserved_) {
-    unlink_unobserved(unobserved_, task);
+    owned_links::unlink(unobserved_, task);
     task->sched = nullptr;
   }
 }
