@@ -35,12 +35,12 @@ spindle::task<std::size_t> count_lines(std::string path) {
 int main(int argc, char** argv) {
   spindle::runtime rt{spindle::runtime_config{.workers = 4}};
 
-  const long total = rt.block_on(sum_of_squares(10));
+  long const total = rt.block_on(sum_of_squares(10));
   std::printf("1^2 + ... + 10^2 = %ld (on %zu workers)\n", total, rt.worker_count());
 
-  const std::string path = argc > 1 ? argv[1] : argv[0];
+  std::string const path = argc > 1 ? argv[1] : argv[0];
   try {
-    const std::size_t lines = rt.block_on(count_lines(path));
+    std::size_t const lines = rt.block_on(count_lines(path));
     std::printf("%s: %zu lines\n", path.c_str(), lines);
   } catch (std::system_error const& e) {
     std::fprintf(stderr, "hello: %s: %s\n", path.c_str(), e.code().message().c_str());

@@ -15,7 +15,7 @@ namespace {
 
 constexpr char kMarker = '\x01';
 
-constexpr const char* kFooter = R"(
+constexpr char const* kFooter = R"(
 Counts the lines matching PATTERN in every regular file below each PATH
 (default: the current directory) and prints PATH:COUNT for each file with a
 match, like `LC_ALL=C grep -rca PATTERN PATH...`. Symbolic links are followed

@@ -119,7 +119,7 @@ class translator {
     begin_atom(true);
     append_literal(out_, c);
     literal_ += static_cast<char>(c);
-    const bool repeated = i_ < p_.size() && (p_[i_] == '*' || p_[i_] == '+' || p_[i_] == '?' ||
+    bool const repeated = i_ < p_.size() && (p_[i_] == '*' || p_[i_] == '+' || p_[i_] == '?' ||
                                              p_[i_] == '{');  // maybe: stay on the safe side
     if (!open_.empty() || repeated) {
       end_run();
@@ -129,7 +129,7 @@ class translator {
   }
 
   void step() {
-    const auto c = static_cast<unsigned char>(p_[i_]);
+    auto const c = static_cast<unsigned char>(p_[i_]);
     switch (c) {
       case '(': {
         ++i_;
@@ -237,7 +237,7 @@ class translator {
 
   void escape() {
     if (i_ + 1 >= p_.size()) throw pattern_error("Trailing backslash");
-    const auto d = static_cast<unsigned char>(p_[i_ + 1]);
+    auto const d = static_cast<unsigned char>(p_[i_ + 1]);
     i_ += 2;
     switch (d) {
       case 'w':
@@ -288,7 +288,7 @@ class translator {
         break;
     }
     if (d >= '1' && d <= '9') {
-      const int n = d - '0';
+      int const n = d - '0';
       if (static_cast<std::size_t>(n) >= completed_.size() || !completed_[n]) {
         throw pattern_error("Invalid back reference");
       }
@@ -317,7 +317,7 @@ class translator {
       any = false;
       bad = false;
       while (k < p_.size() && p_[k] != '}' && p_[k] != ',') {
-        const char ch = p_[k++];
+        char const ch = p_[k++];
         if (ch >= '0' && ch <= '9' && !bad) {
           value = any ? std::min(kDupMax + 1, value * 10 + (ch - '0')) : ch - '0';
           any = true;
@@ -371,10 +371,10 @@ class translator {
       // at most 1 the counts (X{a,b}){c,d} allows are exactly a*c..b*d, so
       // the two merge into one quantifier (a+* is a*): nested quantifiers
       // make a backtracking matcher exponential. Otherwise group and repeat.
-      const int a = quant_lo_;
-      const int b = quant_hi_;
+      int const a = quant_lo_;
+      int const b = quant_hi_;
       if (a <= 1 && b != 0) {
-        const long long top = b < 0 || hi < 0 ? -1 : static_cast<long long>(b) * hi;
+        long long const top = b < 0 || hi < 0 ? -1 : static_cast<long long>(b) * hi;
         if (top <= 65535) {
           lo = a * lo;
           hi = hi == 0 ? 0 : static_cast<int>(top);
@@ -423,12 +423,12 @@ class translator {
     bracket_elem e;
     if (p_[k] == '[' && k + 1 < p_.size() &&
         (p_[k + 1] == ':' || p_[k + 1] == '.' || p_[k + 1] == '=')) {
-      const char kind = p_[k + 1];
+      char const kind = p_[k + 1];
       // The content has at least one character: "[.].]" names ']'.
-      const char terminator[] = {kind, ']', '\0'};
-      const std::size_t close = p_.find(terminator, k + 3);
+      char const terminator[] = {kind, ']', '\0'};
+      std::size_t const close = p_.find(terminator, k + 3);
       if (close == std::string_view::npos) throw pattern_error("Unmatched [, [^, [:, [., or [=");
-      const std::string_view content = p_.substr(k + 2, close - (k + 2));
+      std::string_view const content = p_.substr(k + 2, close - (k + 2));
       k = close + 2;
       if (kind == ':') {
         auto set = named_class(content);
@@ -462,8 +462,8 @@ class translator {
         break;
       }
       first = false;
-      const bracket_elem start = bracket_element(k);
-      const bool range = k + 1 < p_.size() && p_[k] == '-' && p_[k + 1] != ']';
+      bracket_elem const start = bracket_element(k);
+      bool const range = k + 1 < p_.size() && p_[k] == '-' && p_[k + 1] != ']';
       if (!range) {
         if (start.is_class) {
           set |= start.set;
@@ -474,7 +474,7 @@ class translator {
       }
       if (start.is_class || start.is_equiv) throw pattern_error("Invalid range end");
       ++k;  // '-'
-      const bracket_elem stop = bracket_element(k);
+      bracket_elem const stop = bracket_element(k);
       if (stop.is_class || stop.is_equiv || stop.ch < start.ch) {
         throw pattern_error("Invalid range end");
       }

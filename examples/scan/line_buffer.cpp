@@ -11,7 +11,7 @@ line_buffer::line_buffer(std::size_t capacity)
 
 std::span<char> line_buffer::space() {
   if (begin_ > 0) {
-    const std::size_t keep = end_ - begin_;
+    std::size_t const keep = end_ - begin_;
     if (keep > 0) std::memmove(data_.get(), data_.get() + begin_, keep);
     begin_ = 0;
     end_ = keep;
@@ -26,11 +26,11 @@ std::span<char> line_buffer::space() {
 }
 
 std::string_view line_buffer::take_lines() noexcept {
-  const std::size_t size = end_ - begin_;
+  std::size_t const size = end_ - begin_;
   if (size == 0) return {};
-  const void* nl = memrchr(data_.get() + begin_, '\n', size);
+  void const* nl = memrchr(data_.get() + begin_, '\n', size);
   if (nl == nullptr) return {};
-  const std::size_t stop = static_cast<std::size_t>(static_cast<const char*>(nl) - data_.get()) + 1;
+  std::size_t const stop = static_cast<std::size_t>(static_cast<char const*>(nl) - data_.get()) + 1;
   std::string_view lines(data_.get() + begin_, stop - begin_);
   begin_ = stop;
   return lines;

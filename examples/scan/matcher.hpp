@@ -8,7 +8,7 @@
 // construction:
 //   - every_line: some pattern is empty; the count is the number of lines;
 //   - literal: one fixed string (-F, or an ERE without operators), with or
-//     without -i: literal_finder (a SIMD filter on two rare needle bytes);
+//     without -i: literal_finder (literal_finder.hpp);
 //   - pcre2: everything else, one alternation of all patterns, JIT-compiled
 //     when PCRE2 has a JIT, PCRE2_MULTILINE, no UTF. The ERE translation
 //     guarantees that no match crosses a newline; a match that still does is
@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "ere.hpp"
+#include "literal_finder.hpp"
 
 namespace scan {
 
@@ -57,36 +58,7 @@ struct match_options {
 };
 
 /// Number of '\n' bytes in [data, data + size).
-std::size_t count_newlines(const char* data, std::size_t size) noexcept;
-
-/// Finds a fixed byte string (optionally ignoring ASCII case). One byte:
-/// memchr. Longer (or ignoring case): a SIMD filter on
-/// two of its rarest bytes at their offsets (AVX2 when the CPU has it, else
-/// SSE2; 32 or 16 candidate positions per step), each surviving position
-/// checked with memcmp; memchr on the rarest byte for the last few
-/// positions, and glibc's memmem when the filter lets too much through.
-class literal_finder {
- public:
-  /// `ignore_case`: ASCII letters match either case. `allow_avx2 = false`
-  /// keeps to SSE2 (for tests).
-  explicit literal_finder(std::string needle, bool ignore_case = false, bool allow_avx2 = true);
-  /// First occurrence in [begin, end), or nullptr.
-  const char* find(const char* begin, const char* end) const noexcept;
-  [[nodiscard]] std::string const& needle() const noexcept { return needle_; }
-  /// The two needle offsets the SIMD filter compares (for tests).
-  [[nodiscard]] std::pair<std::size_t, std::size_t> filter_offsets() const noexcept {
-    return {first_, second_};
-  }
-
- private:
-  const char* find_scalar(const char* begin, const char* end) const noexcept;
-
-  std::string needle_;
-  std::size_t first_ = 0;   // offset of the rarest byte
-  std::size_t second_ = 0;  // offset of the next rarest (another offset)
-  bool icase_ = false;      // needle_ is then in lower case
-  bool avx2_ = false;
-};
+std::size_t count_newlines(char const* data, std::size_t size) noexcept;
 
 class matcher {
  public:

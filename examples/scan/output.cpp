@@ -12,8 +12,8 @@ namespace scan {
 void append_result(std::string& out, result_format format, std::string_view path,
                    std::uint64_t count) {
   char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof digits, count).ptr;
-  const std::string_view number(digits, static_cast<std::size_t>(end - digits));
+  auto const end = std::to_chars(digits, digits + sizeof digits, count).ptr;
+  std::string_view const number(digits, static_cast<std::size_t>(end - digits));
   switch (format) {
     case result_format::path_count:
       out.append(path);
@@ -47,7 +47,7 @@ std::string errno_text(int err) {
 
 int write_all(int fd, std::string_view data) noexcept {
   while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
+    ssize_t const n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;

@@ -106,7 +106,7 @@ bool walker::drop_ancestors(std::size_t depth) {
 spindle::task<void> walker::make_room(std::size_t depth) {
   while (live_dirs_.load(std::memory_order_seq_cst) >= max_dirs_) {
     if (drop_ancestors(depth)) continue;
-    const bool freed = co_await sink_.wait_for_descriptors();
+    bool const freed = co_await sink_.wait_for_descriptors();
     if (!freed) co_return;  // nothing to wait for: try anyway
   }
 }
@@ -115,15 +115,15 @@ spindle::task<int> walker::open_directory(int at_fd, char const* name, int extra
                                           std::size_t depth) {
   for (;;) {
     co_await make_room(depth);
-    const int fd = ::openat(at_fd, name, kDirFlags | extra);
+    int const fd = ::openat(at_fd, name, kDirFlags | extra);
     if (fd >= 0) co_return fd;
-    const int err = errno;
+    int const err = errno;
     if (err == EINTR) continue;
     if (err != EMFILE && err != ENFILE) co_return -err;
     // Out of descriptors: the walker's own ancestors go first, then wait
     // for scans in flight; with nothing in flight it is a real error.
     if (drop_ancestors(depth)) continue;
-    const bool freed = co_await sink_.wait_for_descriptors();
+    bool const freed = co_await sink_.wait_for_descriptors();
     if (freed) continue;
     co_return -err;
   }
@@ -131,7 +131,7 @@ spindle::task<int> walker::open_directory(int at_fd, char const* name, int extra
 
 spindle::task<void> walker::walk_default() {
   path_.clear();
-  const int fd = co_await open_directory(AT_FDCWD, ".", 0, 0);
+  int const fd = co_await open_directory(AT_FDCWD, ".", 0, 0);
   if (fd < 0) {
     sink_.error(".", -fd);
     co_return;
@@ -153,7 +153,7 @@ spindle::task<void> walker::walk_operand(std::string operand) {
     co_return;
   }
   if (!S_ISDIR(st.st_mode)) co_return;  // FIFOs, sockets, devices: never opened
-  const int fd = co_await open_directory(AT_FDCWD, path_.c_str(), 0, 0);
+  int const fd = co_await open_directory(AT_FDCWD, path_.c_str(), 0, 0);
   if (fd < 0) {
     sink_.error(path_, -fd);
     co_return;
@@ -174,7 +174,7 @@ spindle::task<bool> walker::reopen(std::size_t depth) {
     fd = co_await open_directory(child.dir.fd(), "..", 0, depth);
     if (fd < 0) err = -fd;
   }
-  const std::pair<dev_t, ino_t> none{0, 0};
+  std::pair<dev_t, ino_t> const none{0, 0};
   if (fd >= 0 && lv.id != none && id_of(fd) != lv.id) {
     ::close(fd);  // the child was moved elsewhere: ".." is another directory
     fd = -1;
@@ -217,9 +217,9 @@ spindle::task<void> walker::walk_directory(std::size_t depth) {
   lv.subdirs.clear();
   if (dents_.empty()) dents_.resize(64 * 1024);
 
-  const std::size_t base = path_.size();
+  std::size_t const base = path_.size();
   while (true) {
-    const long got = ::syscall(SYS_getdents64, lv.dir.fd(), dents_.data(), dents_.size());
+    long const got = ::syscall(SYS_getdents64, lv.dir.fd(), dents_.data(), dents_.size());
     if (got < 0) {
       if (errno == EINTR) continue;
       sink_.error(path_.empty() ? std::string_view(".") : std::string_view(path_), errno);
@@ -227,16 +227,16 @@ spindle::task<void> walker::walk_directory(std::size_t depth) {
     }
     if (got == 0) break;
     for (long off = 0; off < got;) {
-      const auto* d = reinterpret_cast<const linux_dirent64*>(dents_.data() + off);
+      auto const* d = reinterpret_cast<linux_dirent64 const*>(dents_.data() + off);
       off += d->d_reclen;
-      const char* name = d->d_name;
+      char const* name = d->d_name;
       if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
       unsigned type = d->d_type;
       if (type == DT_UNKNOWN) {
         struct stat st {};
         if (::fstatat(lv.dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
           if (errno != ENOENT) {  // ENOENT: removed since the listing
-            const int err = errno;
+            int const err = errno;
             append_child(path_, name);
             sink_.error(path_, err);
             path_.resize(base);
@@ -260,15 +260,15 @@ spindle::task<void> walker::walk_directory(std::size_t depth) {
   // given up while a child is walked and found again through "..".
   std::size_t pos = 0;
   while (pos < lv.subdirs.size()) {
-    const char* name = lv.subdirs.c_str() + pos;
-    const std::size_t len = std::strlen(name);
+    char const* name = lv.subdirs.c_str() + pos;
+    std::size_t const len = std::strlen(name);
     pos += len + 1;
     if (!lv.dir) {
-      const bool back = co_await reopen(depth);
+      bool const back = co_await reopen(depth);
       if (!back) co_return;  // reported; the rest is unreachable
     }
     append_child(path_, std::string_view(name, len));
-    const int child = co_await open_directory(lv.dir.fd(), name, O_NOFOLLOW, depth);
+    int const child = co_await open_directory(lv.dir.fd(), name, O_NOFOLLOW, depth);
     if (child < 0) {
       if (child != -ELOOP && child != -ENOTDIR && child != -ENOENT) sink_.error(path_, -child);
       path_.resize(base);
@@ -281,9 +281,9 @@ spindle::task<void> walker::walk_directory(std::size_t depth) {
     path_.resize(base);
     // Come back now while the child can lead here: for the next
     // subdirectory, or for the parent, which may need this one's "..".
-    const bool needed = pos < lv.subdirs.size() || (depth > 0 && !levels_[depth - 1]->dir);
+    bool const needed = pos < lv.subdirs.size() || (depth > 0 && !levels_[depth - 1]->dir);
     if (!lv.dir && needed) {
-      const bool back = co_await reopen(depth);
+      bool const back = co_await reopen(depth);
       if (!back) {
         next.dir.reset();
         co_return;

@@ -51,7 +51,7 @@ class window {
   /// is true while the window is full (checked before suspending and after
   /// every wake-up, e.g. after a shrink()).
   spindle::task<bool> acquire(std::function<bool()> stop = {}) {
-    const bool room =
+    bool const room =
         co_await wait_for(need::one, std::move(stop));  // GCC PR 106188: see walker.cpp
     if (!room) co_return false;
     free_.fetch_sub(1, std::memory_order_acq_rel);
@@ -60,7 +60,7 @@ class window {
 
   /// Gives a place back.
   void release() {
-    const std::uint32_t now = free_.fetch_add(1, std::memory_order_seq_cst) + 1;
+    std::uint32_t const now = free_.fetch_add(1, std::memory_order_seq_cst) + 1;
     std::uint32_t want = want_.load(std::memory_order_seq_cst);
     if (want != 0 && now >= want && want_.compare_exchange_strong(want, 0)) wake_.notify_one();
   }
@@ -106,8 +106,8 @@ class window {
   // shrink meanwhile: recomputed every round.
   spindle::task<bool> wait_for(need what, std::function<bool()> stop) {
     for (;;) {
-      const std::uint32_t size = size_.load(std::memory_order_seq_cst);
-      const std::uint32_t enough = what == need::one ? 1 : size;
+      std::uint32_t const size = size_.load(std::memory_order_seq_cst);
+      std::uint32_t const enough = what == need::one ? 1 : size;
       if (free_.load(std::memory_order_seq_cst) >= enough) co_return true;
       if (stop && stop()) co_return false;
       want_.store(what == need::one ? std::max<std::uint32_t>(size / 2, 1) : size,
