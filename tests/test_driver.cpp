@@ -28,8 +28,8 @@
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
 
-#include "io_test_support.hpp"
 #include "driver.hpp"
+#include "io_test_support.hpp"
 #include "make_driver.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/io.hpp"

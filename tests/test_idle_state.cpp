@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "driver.hpp"
 #include "idle_state.hpp"
 #include "runtime_test_support.hpp"
-#include "driver.hpp"
 
 namespace {
 

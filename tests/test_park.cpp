@@ -9,9 +9,9 @@
 #include <mutex>
 #include <thread>
 
+#include "driver.hpp"
 #include "park.hpp"
 #include "runtime_test_support.hpp"
-#include "driver.hpp"
 #include "spindle/runtime.hpp"
 
 namespace {

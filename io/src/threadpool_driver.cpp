@@ -114,7 +114,8 @@ bool threadpool_driver::cancel(io_op& op) noexcept {
   // or completed already. Only a stream wait can be interrupted.
   cancel_state expected = cancel_state::none;
   if ((op.code == op_code::read || op.code == op_code::write) &&
-      op.cancel.compare_exchange_strong(expected, cancel_state::requested, std::memory_order_acq_rel)) {
+      op.cancel.compare_exchange_strong(expected, cancel_state::requested,
+                                        std::memory_order_acq_rel)) {
     std::uint64_t const one = 1;
     [[maybe_unused]] ssize_t const r = ::write(thread_fds_[op.home], &one, sizeof one);
   }

@@ -340,8 +340,8 @@ bool uring_driver::cancel(io_op& op) noexcept {
     if (w.remote_closed || op.code == op_code::close) return false;
     if (!own) {
       cancel_state expected = cancel_state::none;
-      requested =
-          op.cancel.compare_exchange_strong(expected, cancel_state::requested, std::memory_order_acq_rel);
+      requested = op.cancel.compare_exchange_strong(expected, cancel_state::requested,
+                                                    std::memory_order_acq_rel);
       if (requested) w.link_cancel(&op);  // finish() unlinks it if the op completes first
     }
   }
@@ -350,7 +350,8 @@ bool uring_driver::cancel(io_op& op) noexcept {
     return false;
   }
   cancel_state expected = cancel_state::none;
-  if (own && op.cancel.compare_exchange_strong(expected, cancel_state::sent, std::memory_order_acq_rel)) {
+  if (own &&
+      op.cancel.compare_exchange_strong(expected, cancel_state::sent, std::memory_order_acq_rel)) {
     // Worker i itself (the single issuer): prepare the cancel now; the tick
     // end or the next park submits it. acquire_sqe may reap (and wake) the op
     // itself, but its frame lives on: the caller holds the task.
@@ -396,7 +397,8 @@ void uring_driver::finish(worker_ring& w, io_op& op, int res) noexcept {
     res = -ECANCELED;
   }
   op.result = res;
-  if (op.cancel.exchange(cancel_state::done, std::memory_order_acq_rel) == cancel_state::requested) {
+  if (op.cancel.exchange(cancel_state::done, std::memory_order_acq_rel) ==
+      cancel_state::requested) {
     // A request from another thread is still queued: remove it before the
     // wake lets the frame go. (Requests are taken only on this thread.)
     std::lock_guard lock(w.remote_mutex);

@@ -16,8 +16,8 @@
 #include "block_on.hpp"
 #include "blocking_pool.hpp"
 #include "core.hpp"
-#include "owned_tasks.hpp"
 #include "driver.hpp"
+#include "owned_tasks.hpp"
 #include "spindle/runtime.hpp"
 #include "worker.hpp"
 

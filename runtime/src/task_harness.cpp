@@ -48,7 +48,6 @@ std::mutex& unobserved_lock() noexcept {
   return lock;
 }
 
-
 // The hook of a suspension whose awaiter cannot withdraw: abort waits for
 // the wake and destroys the frame then.
 bool never_detached(void* /*arg*/) noexcept {

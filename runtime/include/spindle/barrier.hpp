@@ -68,7 +68,6 @@ class barrier : public detail::sync_waiters {
   /// Number of phases completed so far.
   [[nodiscard]] std::uint64_t phase() const;
 
-
  private:
   template <class, class>
   friend class detail::sync_awaiter;

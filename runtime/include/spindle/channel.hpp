@@ -73,8 +73,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "spindle/detail/task_header.hpp"
 #include "spindle/detail/ring_buffer.hpp"
+#include "spindle/detail/task_header.hpp"
 #include "spindle/detail/wait_list.hpp"
 #include "spindle/errors.hpp"
 

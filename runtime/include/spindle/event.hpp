@@ -52,7 +52,6 @@ class event : public detail::sync_waiters {
   /// For plain threads outside the runtime: blocks until the event is set.
   void blocking_wait();
 
-
  private:
   template <class, class>
   friend class detail::sync_awaiter;

@@ -57,7 +57,6 @@ class latch : public detail::sync_waiters {
   /// For plain threads outside the runtime: blocks until the count is 0.
   void blocking_wait();
 
-
  private:
   template <class, class>
   friend class detail::sync_awaiter;

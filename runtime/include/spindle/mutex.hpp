@@ -97,7 +97,6 @@ class mutex : public detail::sync_waiters {
   /// is its own (same FIFO queue as the tasks).
   [[nodiscard]] mutex_guard blocking_lock();
 
-
  private:
   friend class mutex_guard;
   template <class, class>

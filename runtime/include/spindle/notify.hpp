@@ -70,7 +70,6 @@ class notify : public detail::sync_waiters {
   /// For plain threads outside the runtime: blocks until notified.
   void blocking_wait();
 
-
  private:
   template <class, class>
   friend class detail::sync_awaiter;

@@ -119,7 +119,6 @@ class rwlock : public detail::sync_waiters {
   [[nodiscard]] rwlock_read_guard blocking_lock_shared();
   [[nodiscard]] rwlock_write_guard blocking_lock();
 
-
  private:
   template <bool>
   friend class rwlock_guard;

@@ -118,7 +118,6 @@ class semaphore : public detail::sync_waiters {
     return permits_.load(std::memory_order_acquire);
   }
 
-
  private:
   friend class semaphore_permit;
   template <class, class>
