@@ -6,7 +6,7 @@
 // skipped with an error where the kernel keeps the pages, e.g. on tmpfs).
 // Reported: bytes/s and items (reads)/s.
 //
-// The file: SPINDLE_BENCH_FILE=PATH reads an existing file (bench/compare
+// The file: SPINDLE_BENCH_FILE=PATH reads an existing file (bench/compare.py
 // shares one with fio); otherwise a temporary file of SPINDLE_BENCH_FILE_MIB
 // MiB (default 256; the comparison uses 1024) is created and removed
 // at exit. Worker counts: 1 and 2, or only N when SPINDLE_BENCH_WORKERS=N.

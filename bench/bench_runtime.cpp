@@ -5,7 +5,7 @@
 // benches/rt_multi_threaded.rs (10,000 spawns, 200 tasks x 1,000 yields,
 // 1,000 ping-pong rounds, a chain of 1,000 spawns, busy tasks that yield and
 // stall 10 µs); bench/peers/tokio runs the same ones on Tokio for
-// bench/compare.
+// bench/compare.py.
 //
 // Worker counts: 1 and 2, or only N when SPINDLE_BENCH_WORKERS=N.
 //
@@ -16,7 +16,7 @@
 //
 // memory_per_task measures the process RSS growth: it is exact only when it
 // runs alone in a fresh process (--benchmark_filter=memory_per_task), as
-// bench/compare runs it.
+// bench/compare.py runs it.
 #include <benchmark/benchmark.h>
 
 #include <atomic>

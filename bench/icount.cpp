@@ -6,7 +6,7 @@
 // exactly for the same binary and input whatever else the machine does; they
 // are not times (an atomic RMW or a fence costs far more than its one
 // instruction), so they back a change that removes work, and the timed
-// benchmarks (bench_runtime, bench/compare) stay the measure of speed.
+// benchmarks (bench_runtime, bench/compare.py) stay the measure of speed.
 //
 // Usage: bench_icount WORKLOAD N
 //   spawn_await   N x (spawn a trivial task, await it), from a worker

@@ -1,4 +1,4 @@
-// Shared by the C++ peers of bench/compare (bench/peers/tbb, bench/peers/asio):
+// Shared by the C++ peers of bench/compare.py (bench/peers/tbb, bench/peers/asio):
 // argument parsing, the measurement loop and the JSON output, the same as
 // the Tokio peer's (bench/peers/tokio/src/main.rs).
 //

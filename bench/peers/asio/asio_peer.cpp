@@ -1,4 +1,4 @@
-// Boost.Asio side of bench/compare: C++20 coroutines (co_spawn of
+// Boost.Asio side of bench/compare.py: C++20 coroutines (co_spawn of
 // awaitable<T>) on an asio::thread_pool of N threads. Asio has no join
 // handle, so "join all" is a counter decremented by each task's completion
 // handler whose last decrement signals the measuring thread; one-shot

@@ -1,4 +1,4 @@
-// oneTBB side of bench/compare: the spawn workloads and fork-join fib with
+// oneTBB side of bench/compare.py: the spawn workloads and fork-join fib with
 // tbb::task_group, on an arena of N threads (the thread that enters the arena
 // counts as one of them, as a worker). TBB tasks cannot yield or wait for a
 // message without blocking a thread, so yield_many, ping_pong,

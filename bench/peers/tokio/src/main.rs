@@ -1,4 +1,4 @@
-//! Tokio side of spindle's `bench/compare`: the runtime workloads with the
+//! Tokio side of spindle's `bench/compare.py`: the runtime workloads with the
 //! parameters of Tokio's own benches/rt_multi_threaded.rs (10,000 spawns,
 //! 200 tasks x 1,000 yields, 1,000 ping-pong rounds, a chain of 1,000 spawns,
 //! a 10 µs stall in the busy tasks), plus spawn+await, fork-join fib and the

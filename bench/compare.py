@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmarks of spindle and its peers.
 
-    bench/compare [--workers N] [--quick] [--out DIR] [--only SECTION ...]
+    bench/compare.py [--workers N] [--quick] [--out DIR] [--only SECTION ...]
 
 Builds spindle (Meson, release, into build-bench/), the peers that can be
 built (Tokio with Debian's packaged crates, oneTBB, Boost.Asio) and runs every
@@ -204,7 +204,7 @@ def build_tokio(status):
     shutil.copyfile(peer / "Cargo.toml", src / "Cargo.toml")
     shutil.copyfile(peer / "src" / "main.rs", src / "src" / "main.rs")
     (home / "config.toml").write_text(
-        "# Written by bench/compare: crates come from Debian's packages only.\n"
+        "# Written by bench/compare.py: crates come from Debian's packages only.\n"
         "[source.crates-io]\nreplace-with = \"debian-packages\"\n\n"
         f"[source.debian-packages]\ndirectory = \"{registry}\"\n\n"
         "[net]\noffline = true\n")
