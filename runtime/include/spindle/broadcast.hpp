@@ -103,7 +103,7 @@ struct broadcast_state {
 }  // namespace detail
 
 template <class T>
-class broadcast {
+class broadcast : public detail::sender_base<detail::broadcast_state<T>> {
   static_assert(std::is_copy_constructible_v<T> && std::is_nothrow_move_constructible_v<T>,
                 "spindle::broadcast<T> needs a copyable, nothrow move constructible T");
   using state_type = detail::broadcast_state<T>;
@@ -113,11 +113,12 @@ class broadcast {
 
   /// A broadcast retaining the `capacity` newest values. Throws
   /// std::invalid_argument when capacity is 0.
-  explicit broadcast(std::size_t capacity) : state_(make_state(capacity)) {}
+  explicit broadcast(std::size_t capacity)
+      : detail::sender_base<state_type>(make_state(capacity)) {}
   broadcast(broadcast const&) = delete;
   broadcast& operator=(broadcast const&) = delete;
   /// Closes the broadcast; receivers drain, then see the end.
-  ~broadcast() { close(); }
+  ~broadcast() { this->close(); }
 
   class receiver : public detail::receiver_base<state_type> {
    public:
@@ -248,24 +249,9 @@ class broadcast {
     return st.receivers;
   }
 
-  /// Closes the broadcast (idempotent): later sends throw channel_closed,
-  /// receivers drain and then see std::nullopt.
-  void close() noexcept {
-    detail::wake_batch wakes;
-    std::lock_guard lock{state_->mutex};
-    state_->closed = true;
-    wakes.take_all(state_->waiters);
-  }
-
-  [[nodiscard]] bool is_closed() const noexcept {
-    std::lock_guard lock{state_->mutex};
-    return state_->closed;
-  }
-  /// Live receivers (a snapshot).
-  [[nodiscard]] std::size_t receiver_count() const noexcept {
-    std::lock_guard lock{state_->mutex};
-    return state_->receivers;
-  }
+  // close() (idempotent: later sends throw channel_closed; receivers see
+  // what is left, then the end), is_closed() and receiver_count() come from
+  // detail::sender_base.
   /// How many values are retained for laggards.
   [[nodiscard]] std::size_t capacity() const noexcept { return state_->capacity(); }
 
@@ -276,7 +262,7 @@ class broadcast {
     return std::make_shared<state_type>(capacity);
   }
 
-  std::shared_ptr<state_type> state_;
+  using detail::sender_base<state_type>::state_;
 };
 
 }  // namespace spindle

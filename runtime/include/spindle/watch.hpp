@@ -79,7 +79,7 @@ struct watch_state {
 }  // namespace detail
 
 template <class T>
-class watch {
+class watch : public detail::sender_base<detail::watch_state<T>> {
   static_assert(std::is_copy_constructible_v<T>, "spindle::watch<T> needs a copyable T");
   using state_type = detail::watch_state<T>;
 
@@ -87,11 +87,12 @@ class watch {
   using value_type = T;
 
   /// A watch holding `initial` (version 0).
-  explicit watch(T initial) : state_(std::make_shared<state_type>(std::move(initial))) {}
+  explicit watch(T initial)
+      : detail::sender_base<state_type>(std::make_shared<state_type>(std::move(initial))) {}
   watch(watch const&) = delete;
   watch& operator=(watch const&) = delete;
   /// Closes the watch.
-  ~watch() { close(); }
+  ~watch() { this->close(); }
 
   class receiver : public detail::receiver_base<state_type> {
    public:
@@ -222,26 +223,12 @@ class watch {
     return state_->value;
   }
 
-  /// Closes the watch (idempotent) and wakes every waiting receiver.
-  void close() noexcept {
-    detail::wake_batch wakes;
-    std::lock_guard lock{state_->mutex};
-    state_->closed = true;
-    wakes.take_all(state_->waiters);
-  }
-
-  [[nodiscard]] bool is_closed() const noexcept {
-    std::lock_guard lock{state_->mutex};
-    return state_->closed;
-  }
-  /// Live receivers (a snapshot).
-  [[nodiscard]] std::size_t receiver_count() const noexcept {
-    std::lock_guard lock{state_->mutex};
-    return state_->receivers;
-  }
+  // close() (idempotent: later sends throw channel_closed; receivers see
+  // what is left, then the end), is_closed() and receiver_count() come from
+  // detail::sender_base.
 
  private:
-  std::shared_ptr<state_type> state_;
+  using detail::sender_base<state_type>::state_;
 };
 
 }  // namespace spindle

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -175,6 +176,38 @@ class receiver_awaiter : state_waiter<State> {
 
  private:
   Rx* rx_;
+};
+
+/// What the sending side of a state_waiter state shares (broadcast, watch):
+/// the state, closing, and the snapshots.
+template <class State>
+class sender_base {
+ public:
+  sender_base(sender_base const&) = delete;
+  sender_base& operator=(sender_base const&) = delete;
+
+  /// Closes (idempotent) and wakes every waiting receiver.
+  void close() noexcept {
+    wake_batch wakes;
+    std::lock_guard lock{state_->mutex};
+    state_->closed = true;
+    wakes.take_all(state_->waiters);
+  }
+  [[nodiscard]] bool is_closed() const noexcept {
+    std::lock_guard lock{state_->mutex};
+    return state_->closed;
+  }
+  /// Live receivers (a snapshot).
+  [[nodiscard]] std::size_t receiver_count() const noexcept {
+    std::lock_guard lock{state_->mutex};
+    return state_->receivers;
+  }
+
+ protected:
+  explicit sender_base(std::shared_ptr<State> s) noexcept : state_(std::move(s)) {}
+  ~sender_base() = default;
+
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace spindle::detail
