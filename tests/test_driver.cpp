@@ -202,17 +202,30 @@ TEST(DriverFactory, FallsBackToThreadpoolWhenUringIsRefused) {
 /// The io_host of drivers driven by hand, without a runtime: a thread that
 /// called start_worker(drv, i) counts as worker i; completions wake their
 /// tasks (finished_task below: the wake does nothing).
-class hand_host final : public spindle::detail::io_host {
+class hand_host {
  public:
   static thread_local std::size_t self;
-  std::size_t current_worker() const noexcept override { return self; }
-  void unpark(std::size_t index) noexcept override { unparked.fetch_add(index + 1); }
-  void count_completions(std::size_t, std::size_t n) noexcept override { completions.fetch_add(n); }
-  void wake(spindle::detail::task_header* task) noexcept override { spindle::detail::wake(task); }
+  hand_host();
+  spindle::detail::io_host& host() noexcept { return host_; }
   std::atomic<std::size_t> unparked{0};
   std::atomic<std::size_t> completions{0};
+
+ private:
+  spindle::detail::io_host host_;
 };
 thread_local std::size_t hand_host::self = spindle::detail::not_a_worker;
+
+constexpr spindle::detail::io_host::calls hand_calls{
+    [](void const*) noexcept { return hand_host::self; },
+    [](void* h, std::size_t index) noexcept {
+      static_cast<hand_host*>(h)->unparked.fetch_add(index + 1);
+    },
+    [](void* h, std::size_t, std::size_t n) noexcept {
+      static_cast<hand_host*>(h)->completions.fetch_add(n);
+    },
+};
+
+hand_host::hand_host() : host_(this, hand_calls) {}
 
 /// Worker `index` of `drv` starts on the calling thread.
 void start_worker(spindle::detail::driver& drv, std::size_t index) {
@@ -225,7 +238,7 @@ class UringDriver : public ::testing::Test {
   void SetUp() override { SKIP_WITHOUT_URING(); }
   std::unique_ptr<spindle::detail::driver> make(std::size_t workers) {
     return spindle::io::detail::make_driver(
-        host_, runtime_config{.workers = workers, .io = io_backend::uring});
+        host_.host(), runtime_config{.workers = workers, .io = io_backend::uring});
   }
   hand_host host_;
 };
@@ -336,10 +349,10 @@ TEST_F(UringDriver, StopWithoutStartAndTwice) {
 TEST(ThreadpoolDriver, ThreadCount) {
   hand_host host;
   using spindle::io::detail::threadpool_driver;
-  EXPECT_EQ(threadpool_driver(host, 1, 0).thread_count(), 4u);
-  EXPECT_EQ(threadpool_driver(host, 3, 0).thread_count(), 6u);
-  EXPECT_EQ(threadpool_driver(host, 3, 2).thread_count(), 2u);
-  threadpool_driver drv(host, 1, 1);
+  EXPECT_EQ(threadpool_driver(host.host(), 1, 0).thread_count(), 4u);
+  EXPECT_EQ(threadpool_driver(host.host(), 3, 0).thread_count(), 6u);
+  EXPECT_EQ(threadpool_driver(host.host(), 3, 2).thread_count(), 2u);
+  threadpool_driver drv(host.host(), 1, 1);
   EXPECT_EQ(drv.backend(), io_backend::threadpool);
   EXPECT_FALSE(drv.park_in_driver(0));
   EXPECT_EQ(drv.poll(0), 0u);
@@ -613,7 +626,7 @@ INSTANTIATE_TEST_SUITE_P(From, UringCancel,
 TEST(ThreadpoolDriver, CancelWithdrawsQueuedOpsAndInterruptsARunningPipeRead) {
   hand_host host;
   using spindle::io::detail::threadpool_driver;
-  threadpool_driver drv(host, 1, 1);  // a single pool thread
+  threadpool_driver drv(host.host(), 1, 1);  // a single pool thread
   finished_task t;
   int a[2];
   int b[2];

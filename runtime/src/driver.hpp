@@ -47,22 +47,40 @@ namespace spindle::detail {
 /// opaque to the scheduler.
 struct io_op;
 
-/// What a driver may ask of the runtime that owns it.
+/// What a driver may ask of the runtime that owns it. A context pointer and
+/// a table of plain functions, not virtual ones: no vptr in the host, so
+/// nothing for UBSan's -fsanitize=vptr to look up at each call (its lookup
+/// needs a free file descriptor, which a runtime at its RLIMIT_NOFILE, as
+/// spindle-scan under `ulimit -n 16`, has not: a false report). Copyable;
+/// the context (the scheduler) outlives its driver.
 class io_host {
  public:
+  struct calls {
+    std::size_t (*current_worker)(void const* context) noexcept;
+    void (*unpark)(void* context, std::size_t index) noexcept;
+    void (*count_completions)(void* context, std::size_t index, std::size_t n) noexcept;
+  };
+
+  io_host(void* context, calls const& table) noexcept : context_(context), table_(&table) {}
+
   /// The index of the calling thread's worker if it is a worker of this
   /// runtime, else not_a_worker.
-  [[nodiscard]] virtual std::size_t current_worker() const noexcept = 0;
+  [[nodiscard]] std::size_t current_worker() const noexcept {
+    return table_->current_worker(context_);
+  }
   /// Wakes worker `index` if it is parked (through its park word, which
   /// calls driver::unpark when it parks in the driver). Any thread.
-  virtual void unpark(std::size_t index) noexcept = 0;
+  void unpark(std::size_t index) const noexcept { table_->unpark(context_, index); }
   /// Records `n` I/O completions reaped by worker `index` (runtime_stats).
-  virtual void count_completions(std::size_t index, std::size_t n) noexcept = 0;
-  /// Wakes the task an operation completed for (detail::wake). Any thread.
-  virtual void wake(task_header* task) noexcept = 0;
+  void count_completions(std::size_t index, std::size_t n) const noexcept {
+    table_->count_completions(context_, index, n);
+  }
+  /// Wakes the task an operation completed for. Any thread.
+  void wake(task_header* task) const noexcept { detail::wake(task); }
 
- protected:
-  ~io_host() = default;
+ private:
+  void* context_;
+  calls const* table_;
 };
 
 class driver {

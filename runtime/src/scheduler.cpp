@@ -98,6 +98,15 @@ runtime_config resolve_config(runtime_config config) {
   return config;
 }
 
+// The io_host calls, on the scheduler.
+constexpr io_host::calls host_calls{
+    [](void const* s) noexcept { return static_cast<scheduler const*>(s)->current_worker(); },
+    [](void* s, std::size_t index) noexcept { static_cast<scheduler*>(s)->unpark(index); },
+    [](void* s, std::size_t index, std::size_t n) noexcept {
+      static_cast<scheduler*>(s)->count_completions(index, n);
+    },
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -105,6 +114,7 @@ runtime_config resolve_config(runtime_config config) {
 
 scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
     : config_(resolve_config(config)),
+      host_(this, host_calls),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, config_.workers, config_.budget, config_.seed,
             idle_tiers{config_.idle_spins, config_.idle_yields}),
@@ -113,7 +123,7 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
   config_.budget = core_.budget();
   sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll : 0;
   std::size_t n = config_.workers;
-  driver_ = make_driver(*this, config_);
+  driver_ = make_driver(host_, config_);
 
   std::latch started(static_cast<std::ptrdiff_t>(n));
   std::vector<std::exception_ptr> errors(n);
@@ -263,10 +273,6 @@ void scheduler::unpark(std::size_t index) noexcept {
 std::size_t scheduler::current_worker() const noexcept {
   thread_context const& ctx = this_thread_context();
   return ctx.sched == this && ctx.self != nullptr ? ctx.self->index : not_a_worker;
-}
-
-void scheduler::wake(task_header* task) noexcept {
-  detail::wake(task);
 }
 
 driver* current_driver() noexcept {

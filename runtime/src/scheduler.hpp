@@ -41,7 +41,7 @@ thread_context& this_thread_context() noexcept;
 /// Synchronous completions allowed per poll of a task.
 inline constexpr std::uint32_t sync_io_per_poll = 64;
 
-class scheduler final : public core_platform, public io_host {
+class scheduler final : public core_platform {
  public:
   /// Starts the workers and the driver `make_driver` makes. Throws
   /// std::system_error: invalid_argument for more than 65535 workers,
@@ -68,13 +68,13 @@ class scheduler final : public core_platform, public io_host {
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
 
-  // io_host (driver.hpp)
-  [[nodiscard]] std::size_t current_worker() const noexcept override;
-  void unpark(std::size_t index) noexcept override;
-  void count_completions(std::size_t index, std::size_t n) noexcept override {
+  // What the driver's io_host calls (driver.hpp).
+  /// The calling thread's worker index if it is one of ours, else not_a_worker.
+  [[nodiscard]] std::size_t current_worker() const noexcept;
+  void unpark(std::size_t index) noexcept;
+  void count_completions(std::size_t index, std::size_t n) noexcept {
     core_.workers[index]->counters.io_completions.add(n);
   }
-  void wake(task_header* task) noexcept override;
 
   // Task transitions (task_harness.cpp).
   void complete(task_header* task, worker* w) noexcept;
@@ -153,6 +153,8 @@ class scheduler final : public core_platform, public io_host {
   void unhold_unobserved(task_header* task) noexcept;
 
   runtime_config config_;
+  /// What the driver is given to reach back here.
+  io_host host_;
   /// Tick 0 of every timer wheel (ticks are whole ms after it).
   std::chrono::steady_clock::time_point epoch_;
   std::atomic<std::size_t> timer_round_robin_{0};
