@@ -1,11 +1,11 @@
 // scan::literal_finder: finds a fixed byte string in a buffer, fast.
 //
 // Shape: one byte: memchr. Longer (or ignoring ASCII case): a SIMD filter
-// compares two of the needle's rarest bytes (by a hand-made estimate of
-// how common each byte is in the files people search) at their offsets against 32 (AVX2,
-// when the CPU has it) or 16 (SSE2) candidate positions per step; each
-// surviving position is checked with memcmp (or a case-folded compare). The
-// last few positions go through memchr on the rarest byte, and glibc's
+// compares two of the needle's rarest bytes (by a hand-made estimate of how
+// common each byte is in the files people search) at their offsets against
+// 32 (AVX2, when the CPU has it) or 16 (SSE2) candidate positions per step;
+// each surviving position is checked with memcmp (or a case-folded compare).
+// The last few positions go through memchr on the rarest byte, and glibc's
 // memmem takes over when the filter lets too much through.
 //
 // Thread-safety: immutable after construction; find() from any thread.
@@ -20,11 +20,11 @@
 namespace scan {
 
 /// Finds a fixed byte string (optionally ignoring ASCII case). One byte:
-/// memchr. Longer (or ignoring case): a SIMD filter on
-/// two of its rarest bytes at their offsets (AVX2 when the CPU has it, else
-/// SSE2; 32 or 16 candidate positions per step), each surviving position
-/// checked with memcmp; memchr on the rarest byte for the last few
-/// positions, and glibc's memmem when the filter lets too much through.
+/// memchr. Longer (or ignoring case): a SIMD filter on two of its rarest
+/// bytes at their offsets (AVX2 when the CPU has it, else SSE2; 32 or 16
+/// candidate positions per step), each surviving position checked with
+/// memcmp; memchr on the rarest byte for the last few positions, and glibc's
+/// memmem when the filter lets too much through.
 class literal_finder {
  public:
   /// `ignore_case`: ASCII letters match either case. `allow_avx2 = false`

@@ -4,31 +4,24 @@
 // The scan itself (discovery, the window, the file tasks) is scan::scanner
 // (scanner.hpp); this file is the command line, the runtime and the report.
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
-#include <deque>
-#include <memory>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <spindle/spindle.hpp>
 #include <stop_token>
 #include <string>
-#include <system_error>
 #include <thread>
-#include <vector>
 
 #include "cli.hpp"
-#include "line_buffer.hpp"
-#include "line_counter.hpp"
 #include "matcher.hpp"
 #include "output.hpp"
 #include "scanner.hpp"

@@ -1,4 +1,5 @@
-// scan::matcher: strategy selection, the literal finder and the PCRE2 loop.
+// scan::matcher (see matcher.hpp): newline counting, strategy selection and
+// the PCRE2 loop. The literal finder it uses is literal_finder.cpp.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "matcher.hpp"
 

@@ -12,13 +12,15 @@
 #include <pcre2.h>
 
 #include <algorithm>
-#include <cctype>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <regex>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ere.hpp"
@@ -52,7 +54,7 @@ inline std::vector<std::string> split_lines(std::string_view text) {
   if (text.back() == '\n') text.remove_suffix(1);
   std::size_t start = 0;
   while (true) {
-    const std::size_t nl = text.find('\n', start);
+    std::size_t const nl = text.find('\n', start);
     lines.emplace_back(text.substr(start, nl == std::string_view::npos ? text.npos : nl - start));
     if (nl == std::string_view::npos) break;
     start = nl + 1;
@@ -72,7 +74,7 @@ class per_line_reference {
     for (auto const& p : o.patterns) {
       std::size_t start = 0;
       while (true) {
-        const std::size_t nl = p.find('\n', start);
+        std::size_t const nl = p.find('\n', start);
         patterns.push_back(p.substr(start, nl == std::string::npos ? nl : nl - start));
         if (nl == std::string::npos) break;
         start = nl + 1;
@@ -132,7 +134,7 @@ inline std::uint64_t std_regex_count(std::string const& pattern, bool icase,
                                      std::string_view text) {
   auto flags = std::regex::extended | std::regex::nosubs;
   if (icase) flags |= std::regex::icase;
-  const std::regex re(pattern, flags);
+  std::regex const re(pattern, flags);
   std::uint64_t n = 0;
   for (auto const& line : split_lines(text))
     n += std::regex_search(line, re) ? 1 : 0;
@@ -143,7 +145,7 @@ inline std::uint64_t std_regex_count(std::string const& pattern, bool icase,
 // bytes too; some lines are long.
 inline std::string random_text(std::mt19937& rng, std::size_t lines, bool nul,
                                bool crlf_and_high = true) {
-  static const std::string base = "aabbcxyzABC  _0123.-\t";
+  static std::string const base = "aabbcxyzABC  _0123.-\t";
   std::string alphabet = base;
   if (nul) alphabet += '\0';
   if (crlf_and_high) alphabet += "\r\xff\xe4";
@@ -173,7 +175,7 @@ inline std::uint64_t chunked_count(matcher const& m, std::string_view text, std:
     std::span<char> space = counter.space();
     EXPECT_FALSE(space.empty());
     std::uniform_int_distribution<std::size_t> pick(1, space.size());
-    const std::size_t take = std::min(pick(rng), text.size() - at);
+    std::size_t const take = std::min(pick(rng), text.size() - at);
     std::copy_n(text.data() + at, take, space.data());
     counter.commit(take);
     at += take;

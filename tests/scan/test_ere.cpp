@@ -3,12 +3,8 @@
 // required literals and catastrophic backtracking.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <random>
 #include <string>
-#include <string_view>
-#include <vector>
+#include <utility>
 
 #include "scan_test_support.hpp"
 
@@ -23,7 +19,7 @@ struct grep_case {
 };
 
 // Each row: LC_ALL=C grep -E -c PATTERN on a one-line file holding LINE.
-const grep_case grep_cases[] = {
+grep_case const grep_cases[] = {
     {"a{,3}b", "b", true},
     {"a{", "a{", true},
     {"a{", "a", false},
@@ -116,7 +112,7 @@ TEST(Ere, AgreesWithGrep) {
 }
 
 TEST(Ere, ErrorsLikeGrep) {
-  const std::pair<char const*, char const*> errors[] = {
+  std::pair<char const*, char const*> const errors[] = {
       {"a{3,1}", "Invalid content of \\{\\}"},
       {"a{}", "Invalid content of \\{\\}"},
       {"a{1,2,3}", "Invalid content of \\{\\}"},
@@ -213,7 +209,7 @@ TEST(Ere, CatastrophicBacktrackingStillAnswers) {
   std::string words;
   while (words.size() < 3000)
     words += "word ";
-  const std::string text = words + "!\n" + words + "\nx\n" + words + "!\n" + words;
+  std::string const text = words + "!\n" + words + "\nx\n" + words + "!\n" + words;
   EXPECT_EQ(count(ere({"^(\\w+\\s?)*$"}), text), 3u);
   EXPECT_EQ(count(ere({"^(\\w+\\s?)*!$", "zz"}), text), 2u);
   EXPECT_EQ(count(ere({"^(x+x+)+$"}), std::string(300, 'x') + "y\n" + std::string(30, 'x')), 1u);

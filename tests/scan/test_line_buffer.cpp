@@ -3,11 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <random>
+#include <cstddef>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include "line_buffer.hpp"
 
@@ -15,14 +12,14 @@ namespace {
 
 TEST(LineBuffer, CarriesPartialLinesAndGrows) {
   scan::line_buffer b(8);
-  const std::string line(100, 'x');  // longer than the buffer
-  const std::string input = line + "\nab\ncd";
+  std::string const line(100, 'x');  // longer than the buffer
+  std::string const input = line + "\nab\ncd";
   std::string seen;
   std::size_t at = 0;
   while (at < input.size()) {
     auto space = b.space();
     ASSERT_FALSE(space.empty());
-    const std::size_t n = std::min(space.size(), input.size() - at);
+    std::size_t const n = std::min(space.size(), input.size() - at);
     std::copy_n(input.data() + at, n, space.data());
     b.commit(n);
     at += n;

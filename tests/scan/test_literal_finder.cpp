@@ -2,13 +2,10 @@
 // case, and the fallbacks (a noisy filter, a frequent rare byte: memmem).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
+#include <cctype>
+#include <cstddef>
 #include <random>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include "literal_finder.hpp"
 
@@ -25,9 +22,9 @@ TEST(LiteralFinder, FindsFirstOccurrence) {
     for (auto& c : needle)
       c = "abc"[pick(rng) % 3];
     for (bool avx2 : {true, false}) {
-      const scan::literal_finder f(needle, false, avx2);
+      scan::literal_finder const f(needle, false, avx2);
       char const* got = f.find(hay.data(), hay.data() + hay.size());
-      const std::size_t want = hay.find(needle);
+      std::size_t const want = hay.find(needle);
       if (want == std::string::npos) {
         EXPECT_EQ(got, nullptr);
       } else {
@@ -51,9 +48,9 @@ TEST(LiteralFinder, IgnoreCase) {
     std::string needle(static_cast<std::size_t>(1 + round % 6), 'a');
     for (auto& c : needle)
       c = "aAbB-\xe4"[rng() % 6];
-    const std::size_t want = lower(hay).find(lower(needle));  // tolower: C locale, ASCII
+    std::size_t const want = lower(hay).find(lower(needle));  // tolower: C locale, ASCII
     for (bool avx2 : {true, false}) {
-      const scan::literal_finder f(needle, true, avx2);
+      scan::literal_finder const f(needle, true, avx2);
       char const* got = f.find(hay.data(), hay.data() + hay.size());
       EXPECT_EQ(got, want == std::string::npos ? nullptr : hay.data() + want) << needle;
     }
@@ -72,10 +69,10 @@ TEST(LiteralFinder, NoisyFilterFallsBackCorrectly) {
     for (auto& c : needle)
       c = (rng() & 1) != 0 ? 'a' : 'b';
     for (bool avx2 : {true, false}) {
-      const scan::literal_finder f(needle, false, avx2);
+      scan::literal_finder const f(needle, false, avx2);
       for (std::size_t from : {std::size_t{0}, std::size_t{1}, std::size_t{777}}) {
         char const* got = f.find(hay.data() + from, hay.data() + hay.size());
-        const std::size_t want = hay.find(needle, from);
+        std::size_t const want = hay.find(needle, from);
         EXPECT_EQ(got, want == std::string::npos ? nullptr : hay.data() + want) << needle;
       }
     }
@@ -85,7 +82,7 @@ TEST(LiteralFinder, NoisyFilterFallsBackCorrectly) {
 TEST(LiteralFinder, FrequentRareByteFallsBackToMemmem) {
   std::string hay(100000, 'q');
   hay += "qqz";
-  const scan::literal_finder f("qz");  // every byte is a candidate
+  scan::literal_finder const f("qz");  // every byte is a candidate
   EXPECT_EQ(f.find(hay.data(), hay.data() + hay.size()), hay.data() + 100001);
 }
 

@@ -5,10 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <random>
+#include <regex>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "scan_test_support.hpp"
@@ -51,7 +52,7 @@ TEST(LineModel, EmptyLinesAndAnchors) {
 }
 
 TEST(LineModel, NulAndHighBytesAreOrdinary) {
-  const std::string text("a\0b\nxx\n\xe4\n", 9);
+  std::string const text("a\0b\nxx\n\xe4\n", 9);
   EXPECT_EQ(count(ere({"a.b"}), text), 1u);
   EXPECT_EQ(count(ere({"[^x]"}), text), 2u);
   EXPECT_EQ(count(fixed({std::string("\0b", 2)}), text), 1u);
@@ -59,7 +60,7 @@ TEST(LineModel, NulAndHighBytesAreOrdinary) {
 }
 
 TEST(LineModel, IgnoreCaseIsAsciiOnly) {
-  const std::string text = "A\nb\n\xe4\n\xc4\n";
+  std::string const text = "A\nb\n\xe4\n\xc4\n";
   EXPECT_EQ(count(ere({"a"}, true), text), 1u);
   EXPECT_EQ(count(ere({"\xe4"}, true), text), 1u);
   EXPECT_EQ(count(ere({"[[:alpha:]]"}), text), 2u);
@@ -69,7 +70,7 @@ TEST(LineModel, IgnoreCaseIsAsciiOnly) {
   EXPECT_EQ(count(fixed({"A", "B"}, true), text), 2u);
 }
 
-const std::vector<std::vector<std::string>> random_patterns = {
+std::vector<std::vector<std::string>> const random_patterns = {
     {"a"},
     {"ab"},
     {"abc"},
@@ -120,14 +121,14 @@ TEST(Random, PcreMatchesPerLineReference) {
   std::mt19937 rng(12345);
   for (bool icase : {false, true}) {
     for (auto const& patterns : random_patterns) {
-      const match_options o = ere(patterns, icase);
+      match_options const o = ere(patterns, icase);
       matcher m(o);
       auto s = m.make_scratch();
       per_line_reference ref(o);
       for (int round = 0; round < 6; ++round) {
-        const std::string text = random_text(rng, 200, round % 2 == 0);
+        std::string const text = random_text(rng, 200, round % 2 == 0);
         SCOPED_TRACE(patterns[0] + (icase ? " -i" : "") + " round " + std::to_string(round));
-        const std::uint64_t expected = ref.count(text);
+        std::uint64_t const expected = ref.count(text);
         EXPECT_EQ(m.count_lines(text, s), expected);
         EXPECT_EQ(chunked_count(m, text, 64, rng), expected);
         EXPECT_EQ(chunked_count(m, text, 4096, rng), expected);
@@ -138,7 +139,7 @@ TEST(Random, PcreMatchesPerLineReference) {
 
 TEST(Random, PlainEreMatchesStdRegex) {
   // Patterns within POSIX ERE, which std::regex implements independently.
-  const std::vector<std::string> posix = {
+  std::vector<std::string> const posix = {
       "a",
       "ab",
       "a b",
@@ -166,7 +167,7 @@ TEST(Random, PlainEreMatchesStdRegex) {
       matcher m(ere({p}, icase));
       auto s = m.make_scratch();
       for (int round = 0; round < 4; ++round) {
-        const std::string text = random_text(rng, 150, false, false);
+        std::string const text = random_text(rng, 150, false, false);
         SCOPED_TRACE(p + (icase ? " -i" : "") + " round " + std::to_string(round));
         EXPECT_EQ(m.count_lines(text, s), std_regex_count(p, icase, text));
       }
@@ -176,14 +177,14 @@ TEST(Random, PlainEreMatchesStdRegex) {
 
 TEST(Random, FixedStringsMatchFind) {
   std::mt19937 rng(99);
-  const std::vector<std::string> needles = {"a",  "ab",   "b c", "xyz", "0123", "  ",
+  std::vector<std::string> const needles = {"a",  "ab",   "b c", "xyz", "0123", "  ",
                                             "__", "aab.", "\t-", "zz",  "ABC",  "a a a"};
   for (auto const& needle : needles) {
     matcher m(fixed({needle}));
     ASSERT_EQ(m.kind(), matcher::strategy::literal);
     auto s = m.make_scratch();
     for (int round = 0; round < 6; ++round) {
-      const std::string text = random_text(rng, 300, round % 2 == 1);
+      std::string const text = random_text(rng, 300, round % 2 == 1);
       std::uint64_t expected = 0;
       for (auto const& line : split_lines(text))
         expected += line.find(needle) != line.npos;
@@ -196,16 +197,16 @@ TEST(Random, FixedStringsMatchFind) {
 
 TEST(Random, FixedStringsIgnoreCaseAndSeveral) {
   std::mt19937 rng(4242);
-  const std::vector<std::vector<std::string>> sets = {
+  std::vector<std::vector<std::string>> const sets = {
       {"ab"}, {"Ab", "c"}, {"a.b", "xyz"}, {"(", "a"}, {"zz", "ZZ", "0"}};
   for (bool icase : {false, true}) {
     for (auto const& set : sets) {
-      const match_options o = fixed(set, icase);
+      match_options const o = fixed(set, icase);
       matcher m(o);
       auto s = m.make_scratch();
       per_line_reference ref(o);
       for (int round = 0; round < 4; ++round) {
-        const std::string text = random_text(rng, 200, true);
+        std::string const text = random_text(rng, 200, true);
         EXPECT_EQ(m.count_lines(text, s), ref.count(text)) << set[0];
       }
     }
@@ -221,7 +222,7 @@ TEST(CountNewlines, MatchesStdCount) {
     EXPECT_EQ(scan::count_newlines(s.data(), s.size()),
               static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')));
   }
-  const std::string all(100000, '\n');  // lanes must not overflow
+  std::string const all(100000, '\n');  // lanes must not overflow
   EXPECT_EQ(scan::count_newlines(all.data(), all.size()), all.size());
 }
 

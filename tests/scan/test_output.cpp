@@ -1,19 +1,14 @@
 // scan's output: JSON paths with invalid UTF-8 replaced.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <random>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include "output.hpp"
 
 namespace {
 
 TEST(Output, JsonReplacesInvalidUtf8) {
-  const std::string j = scan::json_string("a\xff\"b\n");
+  std::string const j = scan::json_string("a\xff\"b\n");
   EXPECT_EQ(j, "\"a\xef\xbf\xbd\\\"b\\n\"");
   std::string out;
   scan::append_result(out, scan::result_format::json, "d/\xc3", 7);

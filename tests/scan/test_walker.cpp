@@ -1,26 +1,23 @@
 // scan::walker: grep -r's traversal (what is visited, what is skipped and
 // reported), deep trees within a descriptor budget, the default walk's names.
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <algorithm>
-#include <cstdint>
-#include <random>
-#include <string>
-#include <string_view>
-#include <vector>
 
-#include <atomic>
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
+#include <functional>
 #include <set>
 #include <spindle/spindle.hpp>
-#include <thread>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "walker.hpp"
 

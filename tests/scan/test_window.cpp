@@ -2,15 +2,11 @@
 // EMFILE and waking the producer for retries (on a spindle runtime).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <spindle/spindle.hpp>
-#include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -104,7 +100,7 @@ TEST(Window, BoundsItemsInFlightAndDrains) {
   // The producer is a task (the window suspends it); the consumers are
   // plain threads (release() from any thread).
   auto submit = [&](int k) {
-    const int now = in_flight.fetch_add(1) + 1;
+    int const now = in_flight.fetch_add(1) + 1;
     int seen = max_seen.load();
     while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {
     }
