@@ -15,7 +15,6 @@
 #include <utility>
 
 #include "runtime_test_support.hpp"
-#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"

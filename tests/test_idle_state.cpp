@@ -11,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "driver.hpp"
 #include "idle_state.hpp"
 #include "runtime_test_support.hpp"
 

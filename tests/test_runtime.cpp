@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/io/file.hpp"
 #include "spindle/runtime.hpp"
@@ -46,7 +45,7 @@ auto* const watchdog_env = ::testing::AddGlobalTestEnvironment(
 
 /// Busy work of roughly `iterations` steps (not optimized away).
 long spin_work(long iterations) {
-  volatile long x = 0;
+  long volatile x = 0;
   for (long i = 0; i < iterations; ++i)
     x = x + i;
   return x;

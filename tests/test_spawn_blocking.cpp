@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"

@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "driver.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/io/file.hpp"
 #include "spindle/oneshot.hpp"
@@ -342,7 +341,7 @@ struct ring_slot {
 };
 
 long spin_work(long iterations) {
-  volatile long x = 0;
+  long volatile x = 0;
   for (long i = 0; i < iterations; ++i)
     x = x + i;
   return x;

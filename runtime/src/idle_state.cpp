@@ -2,7 +2,7 @@
 
 #include <bit>
 
-#include "driver.hpp"
+#include "spindle/detail/task_header.hpp"  // not_a_worker
 
 namespace spindle::detail {
 

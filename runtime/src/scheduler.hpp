@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "block_on.hpp"
