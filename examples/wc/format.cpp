@@ -7,7 +7,6 @@ namespace wc {
 
 int number_width(std::span<input_status const> inputs, selection sel) noexcept {
   if (inputs.empty() || (inputs.size() == 1 && sel.size() == 1)) return 1;
-  if (inputs.front().stat_failed) return 1;  // as GNU: only the first one is looked at
   int minimum = 1;
   std::uint64_t regular_total = 0;
   for (input_status const& in : inputs) {
@@ -52,7 +51,9 @@ void append_counts(std::string& out, counts const& c, selection sel, int width,
 
 namespace {
 
-bool printable(unsigned char c) { return c >= 0x20 && c < 0x7f; }
+bool printable(unsigned char c) {
+  return c >= 0x20 && c < 0x7f;
+}
 
 // Printable characters that make quotearg's shell style quote the name
 // (':' is added by quotef); '#' and '~' only at the start.

@@ -9,8 +9,8 @@
 // The width (number_width) is GNU wc's compute_number_width: the digits of
 // the sum of the sizes (st_size) of the regular files among the inputs, at
 // least 7 when an input is not a regular file (a FIFO, a device), and 1 --
-// no padding -- when there is a single input and a single count, or when
-// the first input could not be stat()ed (a GNU quirk kept on purpose).
+// no padding -- when there is a single input and a single count. Inputs
+// that could not be stat()ed (missing files) add nothing.
 //
 // Thread-safety: plain functions.
 #pragma once

@@ -38,24 +38,24 @@ namespace {
 
 // A file to count, from the walker to a counting fiber.
 struct work_item {
-  wc::dir_ptr dir;            // `name` is relative to it (null: the current directory)
-  std::string name;           // what to open
-  std::string path;           // what to print
-  std::size_t operand = 0;    // its command-line operand's index (the sort's first key)
-  bool from_stdin = false;    // standard input ("-", or no operand)
-  bool has_name = true;       // false: standard input without operands (no name printed)
+  wc::dir_ptr dir;          // `name` is relative to it (null: the current directory)
+  std::string name;         // what to open
+  std::string path;         // what to print
+  std::size_t operand = 0;  // its command-line operand's index (the sort's first key)
+  bool from_stdin = false;  // standard input ("-", or no operand)
+  bool has_name = true;     // false: standard input without operands (no name printed)
 };
 
 // What is printed for one input, or one message of the walk.
 struct entry {
   std::size_t operand = 0;
   std::string path;
-  bool is_input = true;        // false: a message of the walk (`message`)
+  bool is_input = true;  // false: a message of the walk (`message`)
   bool has_name = true;
   wc::input_status status;
-  int open_error = 0;          // cannot be opened: a message, no counts line
-  int read_error = 0;          // a read failed: a message, then the counts so far
-  std::string message;         // printed to stderr as it is
+  int open_error = 0;   // cannot be opened: a message, no counts line
+  int read_error = 0;   // a read failed: a message, then the counts so far
+  std::string message;  // printed to stderr as it is
   wc::counts counts;
 };
 

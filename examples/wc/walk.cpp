@@ -58,6 +58,8 @@ std::string child_path(std::string const& parent, std::string_view name) {
 }
 
 struct level {
+  level(dir_ptr d, std::string p) noexcept : dir(std::move(d)), path(std::move(p)) {}
+
   dir_ptr dir;
   std::string path;
   dev_t dev = 0;
@@ -134,7 +136,7 @@ void walk(std::string const& operand, walk_visitor& visitor) {
   // An explicit stack rather than recursion: a fiber's stack is small, a
   // tree may be deep.
   std::vector<level> stack;
-  stack.push_back(level{std::make_shared<dir_handle const>(fd), operand});
+  stack.emplace_back(std::make_shared<dir_handle const>(fd), operand);
   is_loop(stack, stack.back());
   if (!list(stack.back(), buffer, visitor)) stack.back().subdirs.clear();
   while (!stack.empty()) {
@@ -152,7 +154,7 @@ void walk(std::string const& operand, walk_visitor& visitor) {
       continue;
     }
     dir_ptr dir = std::make_shared<dir_handle const>(child);  // `top` may move below
-    stack.push_back(level{std::move(dir), std::move(path)});
+    stack.emplace_back(std::move(dir), std::move(path));
     level& lv = stack.back();
     if (is_loop(stack, lv)) {
       visitor.warning(lv.path, "recursive directory loop");

