@@ -288,16 +288,17 @@ struct fiber_trampoline {
     auto* self = static_cast<fiber_context*>(from.data);
     self->caller_fctx_ = from.fctx;
 #if defined(SPINDLE_FIBER_ASAN)
-    __sanitizer_finish_switch_fiber(nullptr, &self->caller_stack_bottom_,
-                                    &self->caller_stack_size_);
+    __sanitizer_finish_switch_fiber(nullptr, &self->san_.caller_stack_bottom,
+                                    &self->san_.caller_stack_size);
 #endif
     self->entry_(self->arg_);
     self->finished_ = true;
 #if defined(SPINDLE_FIBER_ASAN)
-    __sanitizer_start_switch_fiber(nullptr, self->caller_stack_bottom_, self->caller_stack_size_);
+    __sanitizer_start_switch_fiber(nullptr, self->san_.caller_stack_bottom,
+                                   self->san_.caller_stack_size);
 #endif
 #if defined(SPINDLE_FIBER_TSAN)
-    __tsan_switch_to_fiber(self->tsan_caller_, 0);
+    __tsan_switch_to_fiber(self->san_.tsan_caller, 0);
 #endif
     fc::jump_fcontext(self->caller_fctx_, nullptr);
     __builtin_unreachable();
@@ -307,7 +308,7 @@ struct fiber_trampoline {
 fiber_context::fiber_context(fiber_stack stack, void (*entry)(void*) noexcept, void* arg) noexcept
     : stack_(std::move(stack)), entry_(entry), arg_(arg) {
 #if defined(SPINDLE_FIBER_TSAN)
-  tsan_fiber_ = __tsan_create_fiber(0);
+  san_.tsan_fiber = __tsan_create_fiber(0);
 #endif
 }
 
@@ -320,7 +321,7 @@ fiber_context::~fiber_context() {
       (void)resume();
   }
 #if defined(SPINDLE_FIBER_TSAN)
-  __tsan_destroy_fiber(tsan_fiber_);
+  __tsan_destroy_fiber(san_.tsan_fiber);
 #endif
 }
 
@@ -337,8 +338,8 @@ fiber_await_op* fiber_context::resume() noexcept {
   eh->caught_exceptions = eh_caught_;
   eh->uncaught_exceptions = eh_uncaught_;
 #if defined(SPINDLE_FIBER_TSAN)
-  tsan_caller_ = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(tsan_fiber_, 0);
+  san_.tsan_caller = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(san_.tsan_fiber, 0);
 #endif
 #if defined(SPINDLE_FIBER_ASAN)
   void* fake_stack = nullptr;
@@ -359,15 +360,17 @@ fiber_await_op* fiber_context::resume() noexcept {
 
 void fiber_context::switch_to_root() noexcept {
 #if defined(SPINDLE_FIBER_ASAN)
-  __sanitizer_start_switch_fiber(&asan_fake_stack_, caller_stack_bottom_, caller_stack_size_);
+  __sanitizer_start_switch_fiber(&san_.asan_fake_stack, san_.caller_stack_bottom,
+                                 san_.caller_stack_size);
 #endif
 #if defined(SPINDLE_FIBER_TSAN)
-  __tsan_switch_to_fiber(tsan_caller_, 0);
+  __tsan_switch_to_fiber(san_.tsan_caller, 0);
 #endif
   fc::transfer_t back = fc::jump_fcontext(caller_fctx_, nullptr);
   caller_fctx_ = back.fctx;  // resumed, perhaps from another thread
 #if defined(SPINDLE_FIBER_ASAN)
-  __sanitizer_finish_switch_fiber(asan_fake_stack_, &caller_stack_bottom_, &caller_stack_size_);
+  __sanitizer_finish_switch_fiber(san_.asan_fake_stack, &san_.caller_stack_bottom,
+                                  &san_.caller_stack_size);
 #endif
 }
 

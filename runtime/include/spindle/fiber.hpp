@@ -195,11 +195,13 @@ class fiber_context {
   void* eh_caught_ = nullptr;
   unsigned int eh_uncaught_ = 0;
   // Sanitizer bookkeeping (unused without sanitizers).
-  void* asan_fake_stack_ = nullptr;
-  void const* caller_stack_bottom_ = nullptr;
-  std::size_t caller_stack_size_ = 0;
-  void* tsan_fiber_ = nullptr;
-  void* tsan_caller_ = nullptr;
+  struct sanitizer_state {
+    void* asan_fake_stack = nullptr;
+    void const* caller_stack_bottom = nullptr;
+    std::size_t caller_stack_size = 0;
+    void* tsan_fiber = nullptr;
+    void* tsan_caller = nullptr;
+  } san_;
 };
 
 /// The fiber running on the calling thread, or nullptr (not inlined: a
