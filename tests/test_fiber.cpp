@@ -638,6 +638,7 @@ TEST(Fiber, ThePoolsGiveStacksBackBeyondTheirBound) {
   std::size_t const page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   std::size_t const per = 64 * 1024 + page;
   long const n = 6000;
+  std::uint64_t const unmapped_before = spindle::detail::fiber_stacks_unmapped();
   {
     spindle::runtime rt{two_workers()};
     spindle::event go;
@@ -649,9 +650,12 @@ TEST(Fiber, ThePoolsGiveStacksBackBeyondTheirBound) {
       join(rt, std::move(h));
   }
   // The workers have exited: their pools went to the shared pool or were
-  // unmapped. Only the shared bound (and this thread's pool) remain.
-  EXPECT_LE(spindle::detail::fiber_stack_bytes_held(), 256u * 1024 * 1024 + 64 * per);
-  EXPECT_GT(spindle::detail::fiber_stacks_unmapped(), 0u);
+  // unmapped. The shared pool keeps at most its bound, this thread's pool
+  // (block_on ran fibers here too) at most 64 stacks of the size.
+  EXPECT_LE(spindle::detail::fiber_shared_pool_bytes(), 256u * 1024 * 1024);
+  EXPECT_LE(spindle::detail::fiber_local_pool_stacks(64 * 1024), 64u);
+  EXPECT_GE(spindle::detail::fiber_stacks_unmapped() - unmapped_before,
+            static_cast<std::uint64_t>(n) - (256u * 1024 * 1024) / per - 3 * 64);
 }
 
 // ------------------------------------------------------------ at scale

@@ -252,14 +252,14 @@ void fiber_stack::release() noexcept {
   unmap(f);
 }
 
-std::size_t fiber_stack_bytes_held() noexcept {
-  std::size_t n = 0;
-  local_pool& lp = local();
-  for (free_stack const& s : lp.stacks)
-    n += s.bytes + page_bytes();
+std::size_t fiber_shared_pool_bytes() noexcept {
   shared_pool& sp = shared();
   std::lock_guard guard(sp.lock);
-  return n + sp.bytes;
+  return sp.bytes;
+}
+
+std::size_t fiber_local_pool_stacks(std::size_t bytes) noexcept {
+  return count_size(local().stacks, bytes);
 }
 
 std::uint64_t fiber_stacks_mapped() noexcept {

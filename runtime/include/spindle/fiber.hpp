@@ -134,9 +134,11 @@ class fiber_stack {
   std::size_t bytes_ = 0;
 };
 
-/// Bytes of stacks (guard pages included) held by the calling thread's pool
-/// and the shared pool (for tests of the pools' bounds).
-[[nodiscard]] std::size_t fiber_stack_bytes_held() noexcept;
+/// Bytes of stacks (guard pages included) in the shared pool, and the
+/// stacks of `bytes` usable bytes in the calling thread's pool (for tests of
+/// the pools' bounds: 256 MiB and 64).
+[[nodiscard]] std::size_t fiber_shared_pool_bytes() noexcept;
+[[nodiscard]] std::size_t fiber_local_pool_stacks(std::size_t bytes) noexcept;
 /// Stacks mapped and unmapped since the process started (for tests: a
 /// steady spawn/join maps none).
 [[nodiscard]] std::uint64_t fiber_stacks_mapped() noexcept;
