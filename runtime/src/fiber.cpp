@@ -413,6 +413,24 @@ void fiber_context::switch_to_root() noexcept {
 #endif
 }
 
+namespace {
+// What a yielding fiber's root awaits: yield_now's await_suspend.
+std::coroutine_handle<> yield_suspend(fiber_await_op* /*op*/,
+                                      std::coroutine_handle<> root) noexcept {
+  if (suspend_current(root) == nullptr) return root;
+  yield_current();  // re-queued at the back when this poll returns
+  return std::noop_coroutine();
+}
+}  // namespace
+
+void fiber_yield() {
+  fiber_context* self = this_thread_fibers().current;
+  if (self == nullptr) throw_outside_fiber("spindle::this_fiber::yield outside a fiber");
+  if (self->cancelling_) throw task_cancelled{};
+  fiber_await_op op{nullptr, &yield_suspend, {}};
+  self->suspend(op);
+}
+
 void fiber_context::suspend(fiber_await_op& op) {
   pending_ = &op;
   switch_to_root();

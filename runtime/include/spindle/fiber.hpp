@@ -181,6 +181,7 @@ class fiber_context {
 
  private:
   friend struct fiber_trampoline;  // fiber.cpp: the fiber's first frame
+  friend void fiber_yield();
   void switch_to_root() noexcept;
 
   fiber_stack stack_;
@@ -212,6 +213,9 @@ class fiber_context {
 
 /// Throws std::system_error(operation_not_permitted) outside a fiber.
 [[noreturn]] void throw_outside_fiber(char const* what);
+
+/// this_fiber::yield: await(yield_now{}) without the type erasure.
+void fiber_yield();
 
 template <class A>
 concept has_member_co_await = requires(A&& a) {
@@ -381,8 +385,7 @@ decltype(auto) await(A&& a) {
 /// Lets other tasks and fibers run: the fiber goes to the back of its
 /// worker's run queue (as yield_now for a task).
 inline void yield() {
-  if (!in_fiber()) detail::throw_outside_fiber("spindle::this_fiber::yield outside a fiber");
-  await(yield_now{});
+  detail::fiber_yield();
 }
 
 /// Suspends the calling fiber for at least `d` (the timer's resolution is
