@@ -115,11 +115,13 @@ TEST(TaskGroup, FailureAbortsSiblingsBeforeJoinIsAwaited) {
   spindle::runtime rt{{.workers = 2}};
   counts c;
   gate owner_gate;
-  auto outer = [](counts* cp, gate* og) -> task<int> {
+  std::atomic<task_group*> group{nullptr};
+  auto outer = [](counts* cp, gate* og, std::atomic<task_group*>* gp) -> task<int> {
     task_group g;
     g.spawn(park_forever(cp));
     g.spawn(spin_forever(cp));
     g.spawn(throw_after_yields(3, 2));
+    gp->store(&g);
     co_await *og;
     EXPECT_EQ(cp->alive(), 0);
     try {
@@ -129,10 +131,13 @@ TEST(TaskGroup, FailureAbortsSiblingsBeforeJoinIsAwaited) {
     }
     co_return -1;
   };
-  auto h = rt.spawn(outer(&c, &owner_gate));
+  auto h = rt.spawn(outer(&c, &owner_gate, &group));
   ASSERT_TRUE(spindle_test::wait_until([&] { return owner_gate.has_waiter(); }));
-  ASSERT_TRUE(spindle_test::wait_until([&] { return c.constructed.load() == c.destroyed.load(); }))
+  // No child left (constructed == destroyed alone also holds before the
+  // siblings ever ran): the failure aborted them while the owner was away.
+  ASSERT_TRUE(spindle_test::wait_until([&] { return group.load()->size() == 0; }))
       << "siblings were not aborted while the owner was away";
+  EXPECT_EQ(c.constructed.load(), c.destroyed.load());
   ASSERT_TRUE(owner_gate.open());
   EXPECT_EQ(spindle_test::wait_and_take(h), 3);
 }
