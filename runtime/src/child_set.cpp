@@ -21,7 +21,7 @@ child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t
   n->task = task;
   n->index = index;
   n->notify = &child_set::on_complete;
-  n->done = n->failed = n->withdrawn = n->registered = false;
+  n->done = n->failed = n->withdrawn = n->registered = n->aborted = false;
   n->prev = n->next = nullptr;
   bool aborting = false;
   bool registered = false;
@@ -30,6 +30,7 @@ child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t
     if (closed_) return watch_result::closed;
     n->registered = true;
     aborting = aborting_;
+    n->aborted = aborting;
     pending_links::push_front(pending_head_, n);
     ++pending_;
     // Under the lock, so that close() never sees a pending node that is not
@@ -121,8 +122,10 @@ void child_set::abort_pending() noexcept {
 
 void child_set::abort_pending_locked() noexcept {
   aborting_ = true;
-  for (node* n = pending_head_; n != nullptr; n = n->next)
+  for (node* n = pending_head_; n != nullptr; n = n->next) {
+    n->aborted = true;
     task_abort(n->task);
+  }
 }
 
 child_set::node* child_set::pop_done() noexcept {

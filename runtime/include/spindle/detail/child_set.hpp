@@ -64,6 +64,7 @@ class child_set {
     bool done = false;        ///< completed; in the done list
     bool failed = false;      ///< completed with an exception or cancelled
     bool withdrawn = false;   ///< close() gave up waiting for it (not complete)
+    bool aborted = false;     ///< the set aborted it (abort_pending, abort_child)
     bool registered = false;  ///< watch() took it (owner thread only)
     /// Set by child<T>: frees the node; takes its exception (nullptr when it
     /// succeeded), dropping its value.
