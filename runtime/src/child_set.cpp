@@ -2,6 +2,7 @@
 #include "spindle/detail/child_set.hpp"
 
 #include <chrono>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -15,6 +16,11 @@ namespace {
 using pending_links =
     intrusive_links<child_set::node, &child_set::node::prev, &child_set::node::next>;
 }  // namespace
+
+void throw_invalid_child(char const* who, char const* problem) {
+  throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                          std::string(who) + ": " + problem);
+}
 
 child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t index) noexcept {
   n->owner = this;
