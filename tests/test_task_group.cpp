@@ -3,7 +3,9 @@
 // groups, children spawning siblings, abort_all, reuse, destruction without
 // join (children's frames destroyed before the destructor returns, whether
 // they are queued, suspended or running), the awaiting task being aborted,
-// runtime shutdown with a group pending, and misuse errors.
+// runtime shutdown with a group pending, and misuse errors; join handles
+// adopted into a group (running, finished, failing, reaped by the
+// destructor and by aborting the owner, outside a runtime).
 #include "spindle/task_group.hpp"
 
 #include <gtest/gtest.h>
@@ -16,12 +18,14 @@
 
 #include "runtime_test_support.hpp"
 #include "spindle/errors.hpp"
+#include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/task.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using spindle::join_handle;
 using spindle::task;
 using spindle::task_group;
 using spindle_test::counts;
@@ -115,11 +119,13 @@ TEST(TaskGroup, FailureAbortsSiblingsBeforeJoinIsAwaited) {
   spindle::runtime rt{{.workers = 2}};
   counts c;
   gate owner_gate;
-  auto outer = [](counts* cp, gate* og) -> task<int> {
+  std::atomic<task_group*> group{nullptr};
+  auto outer = [](counts* cp, gate* og, std::atomic<task_group*>* gp) -> task<int> {
     task_group g;
     g.spawn(park_forever(cp));
     g.spawn(spin_forever(cp));
     g.spawn(throw_after_yields(3, 2));
+    gp->store(&g);
     co_await *og;
     EXPECT_EQ(cp->alive(), 0);
     try {
@@ -129,10 +135,13 @@ TEST(TaskGroup, FailureAbortsSiblingsBeforeJoinIsAwaited) {
     }
     co_return -1;
   };
-  auto h = rt.spawn(outer(&c, &owner_gate));
+  auto h = rt.spawn(outer(&c, &owner_gate, &group));
   ASSERT_TRUE(spindle_test::wait_until([&] { return owner_gate.has_waiter(); }));
-  ASSERT_TRUE(spindle_test::wait_until([&] { return c.constructed.load() == c.destroyed.load(); }))
+  // No child left (constructed == destroyed alone also holds before the
+  // siblings ever ran): the failure aborted them while the owner was away.
+  ASSERT_TRUE(spindle_test::wait_until([&] { return group.load()->size() == 0; }))
       << "siblings were not aborted while the owner was away";
+  EXPECT_EQ(c.constructed.load(), c.destroyed.load());
   ASSERT_TRUE(owner_gate.open());
   EXPECT_EQ(spindle_test::wait_and_take(h), 3);
 }
@@ -413,6 +422,197 @@ TEST(TaskGroup, MisuseErrors) {
   }(&outside, &refused);
   // Nothing pending: join is ready without suspending, so it succeeds.
   EXPECT_FALSE(refused);
+}
+
+// ---------------------------------------------------------------------------
+// Adopted join handles
+
+TEST(TaskGroup, AdoptsHandlesAndTasks) {
+  for (std::size_t workers : {1u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    std::atomic<long> sum{0};
+    auto outer = [](std::atomic<long>* s) -> task<std::size_t> {
+      task_group g;
+      // A finished one first.
+      join_handle<int> done = spindle::spawn(add_after_yields(s, 1000, 0));
+      while (!done.is_finished())
+        co_await spindle::yield_now{};
+      g.spawn(std::move(done));
+      EXPECT_FALSE(done.valid());  // handed over
+      for (int i = 1; i <= 200; ++i) {
+        if (i % 2 == 0) {
+          g.spawn(spindle::spawn(add_after_yields(s, i, i % 4)));
+        } else {
+          g.spawn(add_after_yields(s, i, i % 3));
+        }
+      }
+      g.spawn(spindle::spawn([]() -> task<void> { co_return; }()));
+      co_await g.join();
+      co_return g.size();
+    };
+    EXPECT_EQ(rt.block_on(outer(&sum)), 0u);
+    EXPECT_EQ(sum.load(), 1000 + 200L * 201 / 2) << workers << " workers";
+  }
+}
+
+TEST(TaskGroup, AdoptedFailureAbortsSiblingsAndIsRethrown) {
+  for (std::size_t workers : {1u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    auto outer = [](counts* cp) -> task<int> {
+      task_group g;
+      for (int i = 0; i < 10; ++i)
+        g.spawn(spindle::spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp)));
+      g.spawn(park_forever(cp));
+      while (cp->constructed.load() != 11)
+        co_await spindle::yield_now{};
+      g.spawn(spindle::spawn(throw_after_yields(6, 2)));
+      try {
+        co_await g.join();
+      } catch (custom_error const& e) {
+        // Every adopted sibling is aborted and its frame destroyed by now.
+        EXPECT_EQ(cp->alive(), 0);
+        EXPECT_EQ(g.size(), 0u);
+        co_return e.code;
+      }
+      co_return -1;
+    };
+    EXPECT_EQ(rt.block_on(outer(&c)), 6) << workers << " workers";
+    EXPECT_EQ(c.destroyed.load(), 11);
+  }
+}
+
+TEST(TaskGroup, AdoptedFinishedFailureIsRethrown) {
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  auto outer = [](counts* cp) -> task<int> {
+    task_group g;
+    g.spawn(park_forever(cp));
+    join_handle<void> failed = spindle::spawn(throw_after_yields(4, 0));
+    while (!failed.is_finished())
+      co_await spindle::yield_now{};
+    g.spawn(std::move(failed));  // completes at once: aborts the sibling
+    try {
+      co_await g.join();
+    } catch (custom_error const& e) {
+      EXPECT_EQ(cp->alive(), 0);
+      co_return e.code;
+    }
+    co_return -1;
+  };
+  EXPECT_EQ(rt.block_on(outer(&c)), 4);
+}
+
+TEST(TaskGroup, AdoptedAbortedHandleIsAnErrorUnlessTheGroupAborts) {
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  auto outer = [](counts* cp) -> task<int> {
+    task_group g;
+    join_handle<void> h = spindle::spawn(park_forever(cp));
+    h.abort();
+    g.spawn(std::move(h));
+    int result = 0;
+    try {
+      co_await g.join();
+    } catch (spindle::task_cancelled const&) {
+      result = 1;
+    }
+    // Aborted by the group: not an error.
+    g.spawn(spindle::spawn(park_forever(cp)));
+    g.spawn(spindle::spawn(spin_forever(cp)));
+    g.abort_all();
+    co_await g.join();
+    EXPECT_EQ(cp->alive(), 0);
+    co_return result;
+  };
+  EXPECT_EQ(rt.block_on(outer(&c)), 1);
+}
+
+TEST(TaskGroup, DestructorReapsAdoptedChildren) {
+  for (std::size_t workers : {1u, 2u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    auto outer = [](counts* cp, int n) -> task<int> {
+      try {
+        task_group g;
+        for (int i = 0; i < n; ++i)
+          g.spawn(spindle::spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp)));
+        while (cp->constructed.load() != n)
+          co_await spindle::yield_now{};
+        throw custom_error(1);
+      } catch (custom_error const&) {
+        // The group is destroyed: every adopted child's frame is gone already.
+        EXPECT_EQ(cp->alive(), 0);
+        EXPECT_EQ(cp->destroyed.load(), n);
+      }
+      co_return static_cast<int>(cp->destroyed.load());
+    };
+    for (int round = 1; round <= 8; ++round) {
+      counts c;
+      EXPECT_EQ(rt.block_on(outer(&c, round)), round) << workers << " workers";
+      spindle_test::progress();
+    }
+  }
+}
+
+TEST(TaskGroup, AdoptsHandlesOutsideTheRuntime) {
+  // A group on a plain thread: adopting spawns nothing, so it needs no
+  // runtime; its destructor reaps the adopted children from here.
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  {
+    task_group g;
+    for (int i = 0; i < 6; ++i)
+      g.spawn(rt.spawn(i % 2 == 0 ? park_forever(&c) : spin_forever(&c)));
+    EXPECT_EQ(g.size(), 6u);
+    ASSERT_TRUE(spindle_test::wait_until([&] { return c.constructed.load() == 6; }));
+  }
+  EXPECT_EQ(c.alive(), 0);
+  EXPECT_EQ(c.destroyed.load(), 6);
+}
+
+TEST(TaskGroup, AbortingTheOwnerCancelsAdoptedChildren) {
+  for (std::size_t workers : {1u, 3u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    auto outer = [](counts* cp) -> task<int> {
+      task_group g;
+      for (int i = 0; i < 6; ++i)
+        g.spawn(spindle::spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp)));
+      co_await g.join();
+      co_return 1;
+    };
+    auto h = rt.spawn(outer(&c));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return c.constructed.load() == 6; }));
+    h.abort();
+    EXPECT_THROW(spindle_test::wait_and_take(h), spindle::task_cancelled);
+    EXPECT_EQ(c.alive(), 0) << workers << " workers";
+    EXPECT_EQ(c.destroyed.load(), 6);
+  }
+}
+
+TEST(TaskGroup, EmptyOrTakenHandleErrors) {
+  spindle::runtime rt{{.workers = 1}};
+  auto outer = []() -> task<int> {
+    task_group g;
+    int errors = 0;
+    auto adopt = [&](join_handle<int> h) {
+      try {
+        g.spawn(std::move(h));
+      } catch (std::system_error const& e) {
+        errors += e.code() == std::errc::invalid_argument;
+      }
+    };
+    adopt(join_handle<int>{});
+    join_handle<int> h = spindle::spawn(spindle_test::value_of(3));
+    join_handle<int> moved = std::move(h);
+    adopt(std::move(h));  // moved-from
+    EXPECT_EQ(co_await moved, 3);
+    adopt(std::move(moved));  // result taken
+    EXPECT_EQ(g.size(), 0u);
+    co_await g.join();
+    co_return errors;
+  };
+  EXPECT_EQ(rt.block_on(outer()), 3);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "spindle/detail/child_set.hpp"
 
 #include <chrono>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -16,12 +17,17 @@ using pending_links =
     intrusive_links<child_set::node, &child_set::node::prev, &child_set::node::next>;
 }  // namespace
 
+void throw_invalid_child(char const* who, char const* problem) {
+  throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                          std::string(who) + ": " + problem);
+}
+
 child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t index) noexcept {
   n->owner = this;
   n->task = task;
   n->index = index;
   n->notify = &child_set::on_complete;
-  n->done = n->failed = n->withdrawn = n->registered = false;
+  n->done = n->failed = n->withdrawn = n->registered = n->aborted = false;
   n->prev = n->next = nullptr;
   bool aborting = false;
   bool registered = false;
@@ -30,6 +36,7 @@ child_set::watch_result child_set::watch(node* n, task_header* task, std::size_t
     if (closed_) return watch_result::closed;
     n->registered = true;
     aborting = aborting_;
+    n->aborted = aborting;
     pending_links::push_front(pending_head_, n);
     ++pending_;
     // Under the lock, so that close() never sees a pending node that is not
@@ -121,8 +128,10 @@ void child_set::abort_pending() noexcept {
 
 void child_set::abort_pending_locked() noexcept {
   aborting_ = true;
-  for (node* n = pending_head_; n != nullptr; n = n->next)
+  for (node* n = pending_head_; n != nullptr; n = n->next) {
+    n->aborted = true;
     task_abort(n->task);
+  }
 }
 
 child_set::node* child_set::pop_done() noexcept {

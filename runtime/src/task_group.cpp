@@ -14,7 +14,8 @@ void task_group::reap() noexcept {
   std::lock_guard lock(reap_mutex_);
   while (detail::child_set::node* n = set_.pop_done()) {
     if (n->failed) {
-      bool aborted_by_group = n->task->cancelled_before_finish && set_.aborting();
+      // Not set_.aborting(): the failure of this very child may have set it.
+      bool aborted_by_group = n->task->cancelled_before_finish && n->aborted;
       std::exception_ptr e = n->collect(n);
       if (!aborted_by_group && first_exception_ == nullptr) first_exception_ = std::move(e);
     }

@@ -6,7 +6,10 @@
 // handle detaches the task: it keeps running, and an exception it ends with
 // is counted in runtime_stats::detached_exceptions and reported on stderr.
 // A handle dropped after completion with an exception nobody took reports it
-// on stderr too, so no exception is lost silently.
+// on stderr too, so no exception is lost silently. A handle can also be
+// handed over (moved) to when_all, when_any or task_group::spawn, which adopt
+// the task as a child: they take its result, and abort it with their other
+// children.
 //
 // Errors: awaiting throws spindle::task_cancelled if the task was aborted or
 // destroyed by runtime shutdown before it finished; std::system_error with
@@ -64,6 +67,9 @@ class [[nodiscard]] join_handle {
 
   /// True when the handle refers to a task.
   [[nodiscard]] bool valid() const noexcept { return task_ != nullptr; }
+
+  /// True once take() (or awaiting the handle) took the result.
+  [[nodiscard]] bool result_taken() const noexcept { return taken_; }
 
   struct awaiter : detail::join_waiter {
     join_handle* handle;

@@ -2,6 +2,7 @@
 //
 //   spindle::task_group g;
 //   for (auto& item : items) g.spawn(process(item));
+//   g.spawn(std::move(handle));  // adopts a task spawned earlier (join_handle)
 //   co_await g.join();  // waits for every child; rethrows the first exception
 //
 // Shape: spawn(t) spawns `t` on the runtime of the calling task (it runs in
@@ -13,6 +14,13 @@
 // returns); children aborted by the group (after a failure or abort_all())
 // are not errors. After join() returns or throws the group is empty and can
 // be reused. Finished children are released at the next spawn() or join().
+// spawn(h) takes a join_handle instead: it adopts the task `h` refers to
+// (spawned earlier, on any runtime, running or already finished) as a child,
+// which from then on is treated exactly like a spawned one (its exception
+// goes to join(), a sibling's failure or abort_all() aborts it, the
+// destructor reaps it). A child the group did not abort itself (an adopted
+// task aborted before through its handle, a child destroyed by runtime
+// shutdown) fails with spindle::task_cancelled, like any failure.
 //
 // Destruction without join (an exception unwound the scope, or the task that
 // owns the group was aborted): the destructor aborts every child and does
@@ -27,16 +35,21 @@
 // and exceptions of unjoined children are dropped silently.
 //
 // Errors: spawn() throws std::system_error(std::errc::invalid_argument) for
-// an empty task and std::system_error(std::errc::operation_not_permitted)
-// outside a spindle runtime; join() rethrows a child's exception
+// an empty task, an empty join handle (default-constructed or moved-from) or
+// one whose result was already taken, and, for a task,
+// std::system_error(std::errc::operation_not_permitted) outside a spindle
+// runtime (adopting a handle spawns nothing and works on any thread);
+// nothing is spawned or adopted then. join() rethrows a child's exception
 // (spindle::task_cancelled when a child was destroyed by runtime shutdown)
 // and throws std::system_error(std::errc::operation_not_permitted) when
 // awaited outside a spindle task.
 //
 // Thread-safety: spawn(), abort_all() and size() may be called from any task
-// (the owner or the group's children) while the group is alive; join() by
-// one task at a time; the destructor must not race with a spawn() from
-// outside the group's children.
+// (the owner or the group's children) while the group is alive, spawn(h) of
+// a join handle also from a thread outside the runtime; a handed-over handle
+// belongs to the group, nobody else may use it. join() by one task at a
+// time; the destructor must not race with a spawn() from outside the
+// group's children.
 // Design source: Trio's nursery and Kotlin's coroutineScope (structured
 // concurrency: the scope outlives its children), Tokio's JoinSet (abort on
 // drop), the scanner executor (first exception rethrown at join).
@@ -48,6 +61,7 @@
 #include <utility>
 
 #include "spindle/detail/child_set.hpp"
+#include "spindle/join_handle.hpp"
 #include "spindle/task.hpp"
 
 namespace spindle {
@@ -63,9 +77,19 @@ class task_group {
   /// Spawns `t` as a child of the group (see the file comment for errors).
   template <class T>
   void spawn(task<T> t) {
-    detail::check_child(t, "spindle::task_group::spawn: empty task");
+    detail::check_child(t, "spindle::task_group::spawn");
     reap();
     auto c = detail::spawn_child(set_, std::move(t), 0);
+    if (c->registered) (void)c.release();  // the set's lists own it now
+  }
+
+  /// Adopts the task of `h` as a child of the group (see the file comment
+  /// for errors).
+  template <class T>
+  void spawn(join_handle<T> h) {
+    detail::check_child(h, "spindle::task_group::spawn");
+    reap();
+    auto c = detail::adopt_child(set_, std::move(h), 0);
     if (c->registered) (void)c.release();  // the set's lists own it now
   }
 

@@ -4,25 +4,45 @@
 //   // r.index: 0 or 1; r.value: std::variant<A, B> holding alternative r.index
 //   auto r = co_await spindle::when_any(std::move(tasks));  // vector<task<T>>
 //   // r.index: position in the vector; r.value: T
+//   auto r = co_await spindle::when_any(std::move(handle), fetch_b());  // join_handle<A>, task<B>
 //
-// Shape: a lazy task. When awaited it spawns every argument on the runtime of
-// the calling task. The first child to complete (with a value or with an
-// exception) wins; every other child is aborted at once (join_handle::abort,
-// from the thread that completed the winner) and awaited: when_any returns
-// only after their frames are destroyed (destructors ran). A task<void> gives
-// std::monostate. Values of losers that finished anyway are dropped.
+// Shape: a lazy task. Accepts any mix of task<T> and join_handle<T>
+// arguments (variadic), a std::vector<task<T>> or a
+// std::vector<join_handle<T>>. When awaited it spawns every task argument on
+// the runtime of the calling task and adopts the task of every join handle
+// argument (spawned earlier, on any runtime, running or already finished):
+// from then on an adopted task is a child exactly like a spawned one. The
+// first child to complete (with a value or with an exception) wins; every
+// other child, adopted ones included, is aborted at once
+// (join_handle::abort, from the thread that completed the winner) and
+// awaited: when_any returns only after their frames are destroyed
+// (destructors ran). An adopted task that had already finished completes
+// as it is adopted (in argument order), so it wins unless a child before it
+// in the arguments completed already; the children after it are then
+// aborted as they are spawned or adopted.
+// A void child gives std::monostate. Values of losers that finished anyway
+// are dropped. Until the returned task is awaited the handles are only held:
+// destroying it unawaited, or an argument error, drops them (join_handle's
+// drop: the tasks keep running, detached).
 //
-// Errors: the winner's exception is rethrown (after the losers are gone).
-// Zero tasks throw std::system_error(std::errc::invalid_argument), as does an
-// empty task, before anything is spawned; awaiting outside a spindle runtime
-// throws std::system_error(std::errc::operation_not_permitted).
+// Errors: the winner's exception is rethrown (after the losers are gone); an
+// adopted task aborted before (join_handle::abort) fails with
+// spindle::task_cancelled. Zero arguments (an empty vector) throw
+// std::system_error(std::errc::invalid_argument), as does an empty task, an
+// empty join handle (default-constructed or moved-from) or one whose result
+// was already taken, before anything is spawned or adopted. Awaiting outside
+// a spindle runtime throws std::system_error(std::errc::operation_not_permitted)
+// when there is a task to spawn or a child to wait for (join handles whose
+// tasks all finished need neither); the children adopted by then are
+// aborted and reaped first.
 //
-// Cancellation: when the task awaiting when_any is aborted, every child is
-// aborted with it and destroyed before the when_any frame is (see
-// detail/child_set.hpp for the one exception: a child whose I/O is being
-// cancelled).
+// Cancellation: when the task awaiting when_any is aborted, every child
+// (spawned and adopted) is aborted with it and destroyed before the when_any
+// frame is (see detail/child_set.hpp for the one exception: a child whose
+// I/O is being cancelled).
 //
-// Thread-safety: the returned task is used like any task (one owner).
+// Thread-safety: the returned task is used like any task (one owner); the
+// join handles handed over are owned by it, nobody else may use them.
 // Design source: Tokio's select! (losers dropped), cppcoro-style
 // tuple/vector forms, Trio's nursery rule (children never outlive the call).
 #pragma once
@@ -38,6 +58,7 @@
 #include <vector>
 
 #include "spindle/detail/child_set.hpp"
+#include "spindle/join_handle.hpp"
 #include "spindle/task.hpp"
 
 namespace spindle {
@@ -63,41 +84,44 @@ V take_winner(std::tuple<std::unique_ptr<child<Ts>>...>& children, std::size_t w
 
 }  // namespace detail
 
-/// Runs every task concurrently; yields the first to finish (see the file
-/// comment).
-template <class... Ts>
-SPINDLE_COROUTINE_TEMPLATE task<when_any_result<std::variant<detail::result_t<Ts>...>>> when_any(
-    task<Ts>... tasks) {
-  static_assert(sizeof...(Ts) > 0, "spindle::when_any needs at least one task");
-  using variant_type = std::variant<detail::result_t<Ts>...>;
-  (detail::check_child(tasks, "spindle::when_any: empty task"), ...);
-  std::tuple<task<Ts>...> pending{std::move(tasks)...};
+/// Runs every task (and adopted join handle) concurrently; yields the first
+/// to finish (see the file comment).
+template <detail::child_arg... As>
+SPINDLE_COROUTINE_TEMPLATE
+    task<when_any_result<std::variant<detail::result_t<detail::child_value_t<As>>...>>>
+    when_any(As... args) {
+  static_assert(sizeof...(As) > 0, "spindle::when_any needs at least one task");
+  using variant_type = std::variant<detail::result_t<detail::child_value_t<As>>...>;
+  (detail::check_child(args, "spindle::when_any"), ...);
+  std::tuple<As...> pending{std::move(args)...};
   // Declared before the set: destroyed after close() returned.
-  std::tuple<std::unique_ptr<detail::child<Ts>>...> children;
+  std::tuple<std::unique_ptr<detail::child<detail::child_value_t<As>>>...> children;
   detail::child_set set{detail::child_set::abort_policy::on_first_done};
-  detail::spawn_children(set, pending, children, std::index_sequence_for<Ts...>{});
+  detail::add_children(set, pending, children, std::index_sequence_for<As...>{});
   co_await set.wait_all();
   std::size_t winner = set.first_done_index();
   co_return when_any_result<variant_type>{winner,
                                           detail::take_winner<variant_type, 0>(children, winner)};
 }
 
-/// Runs every task of `tasks` concurrently; yields the first to finish and
-/// its position (see the file comment).
-template <class T>
-SPINDLE_COROUTINE_TEMPLATE task<when_any_result<detail::result_t<T>>> when_any(
-    std::vector<task<T>> tasks) {
-  if (tasks.empty()) {
+/// Runs every task of `args` (std::vector<task<T>>) or adopts every task of
+/// `args` (std::vector<join_handle<T>>) concurrently; yields the first to
+/// finish and its position (see the file comment).
+template <detail::child_arg A>
+SPINDLE_COROUTINE_TEMPLATE task<when_any_result<detail::result_t<detail::child_value_t<A>>>>
+when_any(std::vector<A> args) {
+  using T = detail::child_value_t<A>;
+  if (args.empty()) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle::when_any: no tasks");
   }
-  for (auto const& t : tasks)
-    detail::check_child(t, "spindle::when_any: empty task");
+  for (auto const& a : args)
+    detail::check_child(a, "spindle::when_any");
   std::vector<std::unique_ptr<detail::child<T>>> children;
-  children.reserve(tasks.size());
+  children.reserve(args.size());
   detail::child_set set{detail::child_set::abort_policy::on_first_done};
-  for (std::size_t i = 0; i < tasks.size(); ++i)
-    children.push_back(detail::spawn_child(set, std::move(tasks[i]), i));
+  for (std::size_t i = 0; i < args.size(); ++i)
+    children.push_back(detail::add_child(set, std::move(args[i]), i));
   co_await set.wait_all();
   std::size_t winner = set.first_done_index();
   co_return when_any_result<detail::result_t<T>>{winner, children[winner]->take()};

@@ -5,10 +5,13 @@
 //
 // Shape: every child has a node (owned by the caller: the caller keeps the
 // child's join_handle next to it) registered as the join waiter of the
-// child's task header. A completion moves the node from the pending list to
-// the done list (completion order) and, when it was the last pending one,
-// wakes the parent waiting in wait_all(). The first completion that matches
-// the set's abort policy (a failure, or any completion) aborts the others. No allocation: the lists
+// child's task header. A child is a task the set spawned (spawn_child) or
+// one spawned earlier whose join handle the caller handed over
+// (adopt_child): from the registration on, both are the same. A completion
+// moves the node from the pending list to the done list (completion order)
+// and, when it was the last pending one, wakes the parent waiting in
+// wait_all(). The first completion that matches the set's abort policy (a
+// failure, or any completion) aborts the others. No allocation: the lists
 // are intrusive.
 //
 // Cancellation: the parent waits in an awaiter with a cancel hook, so
@@ -34,7 +37,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <system_error>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -64,6 +66,7 @@ class child_set {
     bool done = false;        ///< completed; in the done list
     bool failed = false;      ///< completed with an exception or cancelled
     bool withdrawn = false;   ///< close() gave up waiting for it (not complete)
+    bool aborted = false;     ///< the set aborted it (abort_pending, abort_child)
     bool registered = false;  ///< watch() took it (owner thread only)
     /// Set by child<T>: frees the node; takes its exception (nullptr when it
     /// succeeded), dropping its value.
@@ -209,11 +212,56 @@ struct child final : child_set::node {
   }
 };
 
+/// Throws std::system_error(invalid_argument) with the message
+/// "<who>: <problem>" (the argument checks of when_all, when_any, task_group).
+[[noreturn]] void throw_invalid_child(char const* who, char const* problem);
+
 /// Throws std::system_error(invalid_argument) for an empty task.
 template <class T>
-void check_child(task<T> const& t, char const* what) {
-  if (!t.valid()) {
-    throw std::system_error(std::make_error_code(std::errc::invalid_argument), what);
+void check_child(task<T> const& t, char const* who) {
+  if (!t.valid()) throw_invalid_child(who, "empty task");
+}
+
+/// Throws std::system_error(invalid_argument) for an empty join handle or
+/// one whose result was already taken.
+template <class T>
+void check_child(join_handle<T> const& h, char const* who) {
+  if (!h.valid()) throw_invalid_child(who, "empty join_handle");
+  if (h.result_taken()) throw_invalid_child(who, "join_handle result already taken");
+}
+
+/// What the combinators accept as a child: task<T> (spawned) or
+/// join_handle<T> (adopted); child_value_t is the T.
+template <class A>
+struct child_arg_traits {};
+template <class T>
+struct child_arg_traits<task<T>> {
+  using value_type = T;
+};
+template <class T>
+struct child_arg_traits<join_handle<T>> {
+  using value_type = T;
+};
+template <class A>
+concept child_arg = requires {
+  typename child_arg_traits<A>::value_type;
+};
+template <class A>
+using child_value_t = typename child_arg_traits<A>::value_type;
+
+/// Watches `c` (whose handle is set) in `set` as `index`, and acts on what
+/// watch() asks.
+template <class T>
+void watch_child(child_set& set, child<T>& c, std::size_t index) noexcept {
+  switch (set.watch(&c, c.handle.header(), index)) {
+    case child_set::watch_result::watching:
+      break;
+    case child_set::watch_result::abort_child:
+      c.handle.abort();
+      break;
+    case child_set::watch_result::closed:
+      abort_and_reap(c.handle.header());
+      break;
   }
 }
 
@@ -223,25 +271,36 @@ template <class T>
 std::unique_ptr<child<T>> spawn_child(child_set& set, task<T> t, std::size_t index) {
   auto c = std::make_unique<child<T>>();
   c->handle = spindle::spawn(std::move(t));
-  switch (set.watch(c.get(), c->handle.header(), index)) {
-    case child_set::watch_result::watching:
-      break;
-    case child_set::watch_result::abort_child:
-      c->handle.abort();
-      break;
-    case child_set::watch_result::closed:
-      abort_and_reap(c->handle.header());
-      break;
-  }
+  watch_child(set, *c, index);
   return c;
 }
 
-/// Spawns every task of `tasks` (index = position) into `set`.
-template <class... Ts, std::size_t... I>
-void spawn_children(child_set& set, std::tuple<task<Ts>...>& tasks,
-                    std::tuple<std::unique_ptr<child<Ts>>...>& children,
-                    std::index_sequence<I...>) {
-  ((std::get<I>(children) = spawn_child(set, std::move(std::get<I>(tasks)), I)), ...);
+/// Adopts the task of `h` (already spawned, on any runtime; running or
+/// finished) as a child of `set` at `index`: from here on it is the child
+/// spawn_child would have made of it. Precondition: check_child(h) passed.
+/// Throws std::bad_alloc (the handle is dropped, which detaches the task).
+template <class T>
+std::unique_ptr<child<T>> adopt_child(child_set& set, join_handle<T> h, std::size_t index) {
+  auto c = std::make_unique<child<T>>();
+  c->handle = std::move(h);
+  watch_child(set, *c, index);
+  return c;
+}
+
+template <class T>
+std::unique_ptr<child<T>> add_child(child_set& set, task<T>&& t, std::size_t index) {
+  return spawn_child(set, std::move(t), index);
+}
+template <class T>
+std::unique_ptr<child<T>> add_child(child_set& set, join_handle<T>&& h, std::size_t index) {
+  return adopt_child(set, std::move(h), index);
+}
+
+/// Spawns or adopts every argument of `args` (index = position) into `set`.
+template <class... As, class... Ts, std::size_t... I>
+void add_children(child_set& set, std::tuple<As...>& args,
+                  std::tuple<std::unique_ptr<child<Ts>>...>& children, std::index_sequence<I...>) {
+  ((std::get<I>(children) = add_child(set, std::move(std::get<I>(args)), I)), ...);
 }
 
 }  // namespace spindle::detail
