@@ -506,6 +506,76 @@ TEST(Fiber, ShutdownUnwindsEverySuspendedFiber) {
     EXPECT_TRUE(h.is_finished());
 }
 
+// ------------------------------------------------------------ scopes
+
+TEST(Fiber, FiberHandlesInWhenAllWhenAnyAndTaskGroup) {
+  spindle::runtime rt{two_workers()};
+  counts c;
+  rt.block_on([&]() -> spindle::task<void> {
+    // when_all of fiber handles (and a task).
+    auto a = spindle::spawn_fiber([] {
+      tf::sleep_for(1ms);
+      return 1;
+    });
+    auto b = spindle::spawn_fiber([] { return 2; });
+    auto [x, y, z] = co_await spindle::when_all(std::move(a), std::move(b), add_one(2));
+    EXPECT_EQ(x + y + z, 6);
+    // when_any: the loser is a fiber suspended in an await; it is unwound
+    // (its destructors ran) before when_any returns.
+    std::atomic<bool> loser_parked{false};
+    auto loser = spindle::spawn_fiber([&] {
+      tracked t{c};
+      loser_parked = true;
+      tf::await(spindle::sleep_for(1h));
+      return 0;
+    });
+    while (!loser_parked.load())
+      co_await spindle::yield_now{};
+    auto winner = spindle::spawn_fiber([] {
+      tf::yield();
+      return 7;
+    });
+    auto r = co_await spindle::when_any(std::move(loser), std::move(winner));
+    EXPECT_EQ(r.index, 1u);
+    EXPECT_EQ(c.alive(), 0);
+    // task_group: adopted fibers; a failure aborts the suspended siblings.
+    {
+      spindle::task_group g;
+      std::atomic<int> parked{0};
+      for (int i = 0; i < 8; ++i) {
+        g.spawn(spindle::spawn_fiber([&] {
+          tracked t{c};
+          parked.fetch_add(1);
+          tf::await(suspend_forever{});
+        }));
+      }
+      while (parked.load() < 8)
+        co_await spindle::yield_now{};
+      g.spawn(spindle::spawn_fiber([] {
+        tf::yield();
+        throw std::runtime_error("sibling failed");
+      }));
+      EXPECT_THROW(co_await g.join(), std::runtime_error);
+      EXPECT_EQ(c.alive(), 0);
+    }
+    // A group destroyed without join reaps suspended fibers.
+    {
+      spindle::task_group g;
+      std::atomic<int> parked{0};
+      for (int i = 0; i < 8; ++i) {
+        g.spawn(spindle::spawn_fiber([&] {
+          tracked t{c};
+          parked.fetch_add(1);
+          tf::await(spindle::sleep_for(1h));
+        }));
+      }
+      while (parked.load() < 8)
+        co_await spindle::yield_now{};
+    }
+    EXPECT_EQ(c.alive(), 0);
+  }());
+}
+
 // ------------------------------------------------------------ I/O
 
 class FiberIo : public ::testing::TestWithParam<spindle::io_backend> {};
