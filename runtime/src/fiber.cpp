@@ -423,6 +423,17 @@ std::coroutine_handle<> yield_suspend(fiber_await_op* /*op*/,
 }
 }  // namespace
 
+static std::coroutine_handle<> already_suspended(fiber_await_op* /*op*/,
+                                                 std::coroutine_handle<> /*root*/) noexcept {
+  return std::noop_coroutine();
+}
+
+fiber_await_op& suspended_op() noexcept {
+  // Shared and never written: suspend() only reads its error (always null).
+  static fiber_await_op op{nullptr, &already_suspended, {}};
+  return op;
+}
+
 void fiber_yield() {
   fiber_context* self = this_thread_fibers().current;
   if (self == nullptr) throw_outside_fiber("spindle::this_fiber::yield outside a fiber");

@@ -137,6 +137,9 @@ class channel {
       if (suspended_) ch_->abandon_send(this);
     }
 
+    /// this_fiber::await may run await_suspend on the fiber's own stack:
+    /// the task is woken only through detail::wake, never resumed here.
+    using wakes_through_scheduler = void;
     bool await_ready() const noexcept { return false; }
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);
@@ -226,6 +229,9 @@ class channel {
       if (suspended_) ch_->abandon_recv(this);
     }
 
+    /// this_fiber::await may run await_suspend on the fiber's own stack:
+    /// the task is woken only through detail::wake, never resumed here.
+    using wakes_through_scheduler = void;
     bool await_ready() const noexcept { return false; }
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);

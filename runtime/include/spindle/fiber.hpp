@@ -217,6 +217,23 @@ class fiber_context {
 /// this_fiber::yield: await(yield_now{}) without the type erasure.
 void fiber_yield();
 
+/// An awaiter whose await_suspend only records the task (suspend_current)
+/// and registers a waker that goes through detail::wake: it never resumes
+/// the handle itself and never polls another task inline. The fiber calls
+/// its await_suspend on its own stack, with the root's handle, while the
+/// root task is being polled (a wake meanwhile only marks it NOTIFIED, as
+/// for any task whose await_suspend runs), and switches out only when it
+/// really suspended: a channel hand-off, an uncontended lock or a permit
+/// costs no switch. Other awaiters' await_suspend runs on the root's side.
+template <class Aw>
+concept wakes_through_scheduler = requires {
+  typename Aw::wakes_through_scheduler;
+};
+
+/// The op of a fiber whose awaiter already suspended (see above): the root
+/// only suspends.
+[[nodiscard]] fiber_await_op& suspended_op() noexcept;
+
 template <class A>
 concept has_member_co_await = requires(A&& a) {
   std::forward<A>(a).operator co_await();
@@ -375,9 +392,22 @@ decltype(auto) await(A&& a) {
   auto&& aw = detail::get_awaiter(std::forward<A>(a));
   using awaiter_t = std::remove_reference_t<decltype(aw)>;
   if (!aw.await_ready()) {
-    detail::fiber_await_op op{static_cast<void*>(std::addressof(aw)),
-                              &detail::fiber_suspend_thunk<awaiter_t>};
-    self->suspend(op);
+    using suspend_result = decltype(aw.await_suspend(std::coroutine_handle<>{}));
+    if constexpr (detail::wakes_through_scheduler<awaiter_t> &&
+                  (std::is_void_v<suspend_result> || std::is_same_v<suspend_result, bool>)) {
+      std::coroutine_handle<> root = detail::current_task()->frame();
+      bool suspended = true;
+      if constexpr (std::is_void_v<suspend_result>) {
+        aw.await_suspend(root);
+      } else {
+        suspended = aw.await_suspend(root);
+      }
+      if (suspended) self->suspend(detail::suspended_op());
+    } else {
+      detail::fiber_await_op op{static_cast<void*>(std::addressof(aw)),
+                                &detail::fiber_suspend_thunk<awaiter_t>};
+      self->suspend(op);
+    }
   }
   return aw.await_resume();
 }

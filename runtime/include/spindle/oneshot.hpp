@@ -170,6 +170,9 @@ class oneshot_receiver {
       }
     }
 
+    /// this_fiber::await may run await_suspend on the fiber's own stack:
+    /// the task is woken only through detail::wake, never resumed here.
+    using wakes_through_scheduler = void;
     bool await_ready() const {
       rx_->check_valid();
       return false;

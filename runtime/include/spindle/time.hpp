@@ -74,6 +74,9 @@ class [[nodiscard]] sleep_awaiter {
     return deadline_;
   }
 
+  /// this_fiber::await may run await_suspend on the fiber's own stack:
+  /// the task is woken only through detail::wake, never resumed here.
+  using wakes_through_scheduler = void;
   bool await_ready() const noexcept { return deadline_ <= std::chrono::steady_clock::now(); }
   bool await_suspend(std::coroutine_handle<> caller) {
     detail::task_header* self = detail::suspend_current(caller);

@@ -151,6 +151,9 @@ class receiver_awaiter : state_waiter<State> {
  public:
   explicit receiver_awaiter(Rx* rx) noexcept : rx_(rx) {}
 
+  /// this_fiber::await may run await_suspend on the fiber's own stack:
+  /// the task is woken only through detail::wake, never resumed here.
+  using wakes_through_scheduler = void;
   bool await_ready() const {
     rx_->check_valid();
     return false;

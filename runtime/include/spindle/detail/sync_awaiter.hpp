@@ -121,6 +121,9 @@ class sync_awaiter : protected Node {
     if (suspended_) abandon();
   }
 
+  /// this_fiber::await may run await_suspend on the fiber's own stack:
+  /// the task is woken only through detail::wake, never resumed here.
+  using wakes_through_scheduler = void;
   bool await_ready() const noexcept { return false; }
 
   bool await_suspend(std::coroutine_handle<> caller) {
