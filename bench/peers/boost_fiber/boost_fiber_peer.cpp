@@ -15,8 +15,8 @@
 // fiber_spawn_join: a root fiber creates 10,000 empty fibers, then joins each
 //   (ns per fiber).
 // fiber_yield: 200 fibers x 1,000 boost::this_fiber::yield() (ns per yield).
-// fiber_ping_pong: two fibers, 10,000 round trips over two
-//   unbuffered_channel<int> (ns per round trip).
+// fiber_ping_pong: the root fiber (ping) and a fiber it launches (pong),
+//   10,000 round trips over two unbuffered_channel<int> (ns per round trip).
 // fiber_park: 100,000 detached fibers in this_fiber::sleep_for(1 h): emits
 //   fiber_park_memory (VmRSS growth per fiber, bytes) and fiber_park_time
 //   (ms until the last one runs), one sample per process; run it alone in a
@@ -89,14 +89,11 @@ void ping_pong() {
       back.push(v + 1);
     }
   });
-  fibers::fiber ping = launch([&] {
-    int v = 0;
-    for (int i = 0; i < round_trips; ++i) {
-      there.push(i);
-      if (back.pop(v) != fibers::channel_op_status::success || v != i + 1) std::abort();
-    }
-  });
-  ping.join();
+  int v = 0;
+  for (int i = 0; i < round_trips; ++i) {
+    there.push(i);
+    if (back.pop(v) != fibers::channel_op_status::success || v != i + 1) std::abort();
+  }
   pong.join();
 }
 
