@@ -18,6 +18,13 @@
 // task's entry stays behind as a stale one (CLAIMED) that a worker later
 // releases, or that a wake turns live again.
 //
+// One task in 16 carries a real fiber (fiber_context: a real stack, real
+// Boost.Context switches): each poll resumes it for one step on the virtual
+// worker that polls it, so fibers migrate as the seed decides; the count it
+// keeps on its own stack must match the task's polls, and the task's
+// completion unwinds it. A replay must put the same fibers on the same
+// workers in the same order (a hash of the resumes).
+//
 // After every step the simulator checks, against each task's real state
 // word:
 //  - RUNNING exactly while a virtual worker polls it, never SCHEDULED then;
@@ -45,6 +52,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,6 +61,8 @@
 #include "owned_tasks.hpp"
 #include "rng.hpp"
 #include "runtime_test_support.hpp"
+#include "spindle/errors.hpp"
+#include "spindle/fiber.hpp"
 #include "task_state.hpp"
 
 namespace {
@@ -93,9 +103,50 @@ class sim_platform final : public core_platform {
 namespace sb = spindle::detail::state_bits;
 namespace ts = spindle::detail::task_state;
 
+/// A real fiber (spindle::detail::fiber_context, a real stack and real
+/// switches) carried by one simulated task in 16: every poll of the task
+/// resumes it for one step, on whichever virtual worker polls it, so fibers
+/// migrate between workers as the seeds decide. What it computes lives on
+/// its own stack and must survive every switch and migration; the task's
+/// completion destroys the context, which unwinds the suspended fiber.
+struct sim_fiber {
+  explicit sim_fiber(std::size_t i)
+      : id(i), ctx(spindle::detail::fiber_stack::allocate(16 * 1024), &sim_fiber::entry, this) {}
+
+  static void entry(void* arg) noexcept {
+    auto* f = static_cast<sim_fiber*>(arg);
+    std::uint32_t steps = 0;  // on the fiber's stack
+    std::size_t last = static_cast<std::size_t>(-1);
+    try {
+      for (;;) {
+        ++steps;
+        f->steps_seen = steps;
+        std::size_t const w = f->worker;
+        if (last != static_cast<std::size_t>(-1) && w != last) ++f->migrations;
+        last = w;
+        f->trace = (f->trace ^ (f->id * 0x100000001b3ULL + w * 0x9e3779b97f4a7c15ULL + steps)) *
+                   0x100000001b3ULL;
+        spindle::detail::fiber_await_op op;
+        f->ctx.suspend(op);
+      }
+    } catch (spindle::task_cancelled const&) {
+      if (f->unwound != nullptr) ++*f->unwound;
+    }
+  }
+
+  std::size_t id;
+  std::size_t worker = 0;  // the virtual worker resuming it (set before each resume)
+  std::uint32_t steps_seen = 0;
+  std::uint64_t migrations = 0;
+  std::uint64_t trace = 0;
+  std::uint64_t* unwound = nullptr;    // counts the unwinding
+  spindle::detail::fiber_context ctx;  // last: destroyed (and unwound) first
+};
+
 /// The simulator's own account of a task, checked against its real state
 /// word after every step.
 struct sim_task {
+  std::unique_ptr<sim_fiber> fiber;  // one task in 16
   bool spawned = false;
   bool done = false;
   bool in_poll = false;  // a virtual worker is polling it now (RUNNING)
@@ -122,6 +173,9 @@ struct sim_result {
   std::uint64_t stale_released = 0;     // a stale entry popped and released
   std::uint64_t turned_live = 0;        // a wake turned a stale entry live
   std::uint64_t spins = 0;              // empty ticks that spun or yielded (tiered idle)
+  // Fibers: how many, switches into them, resumes on another worker than
+  // the last, and a hash of (fiber, worker, step) in resume order.
+  std::uint64_t fibers = 0, fiber_switches = 0, fiber_migrations = 0, fiber_trace = 0;
 };
 
 class simulation {
@@ -210,6 +264,10 @@ class simulation {
     fakes_[i]->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
                            std::memory_order_relaxed);
     tasks_[i].spawned = true;
+    if (i % 16 == 0) {
+      tasks_[i].fiber = std::make_unique<sim_fiber>(i);
+      ++result_.fibers;
+    }
     live_.push_back(i);
     return fakes_[i];
   }
@@ -369,7 +427,35 @@ class simulation {
     st.wake_pending = false;
     ++st.polls;
     SIM_TRACE("worker " + std::to_string(w->index) + " polls " + std::to_string(i));
+    run_fiber(w, i);
     body(w, draining, /*nested=*/false);
+  }
+
+  /// A poll of a task that carries a fiber runs the fiber one step.
+  void run_fiber(worker* w, std::size_t i) {
+    sim_fiber* f = tasks_[i].fiber.get();
+    if (f == nullptr) return;
+    f->worker = w->index;
+    if (f->ctx.resume() == nullptr) fail("fiber " + std::to_string(i) + " ended by itself");
+    ++result_.fiber_switches;
+    if (f->steps_seen != tasks_[i].polls) {
+      fail("fiber " + std::to_string(i) + " counted " + std::to_string(f->steps_seen) +
+           " steps on its stack for " + std::to_string(tasks_[i].polls) + " polls");
+    }
+    result_.fiber_trace =
+        (result_.fiber_trace ^ f->trace) * 0x100000001b3ULL + static_cast<std::uint64_t>(i);
+  }
+
+  /// The task completed: its frame (here, the fiber) is destroyed, which
+  /// unwinds the suspended fiber.
+  void end_fiber(std::size_t i) {
+    auto& f = tasks_[i].fiber;
+    if (!f) return;
+    result_.fiber_migrations += f->migrations;
+    std::uint64_t const before = unwound_;
+    f->unwound = &unwound_;
+    f.reset();
+    if (unwound_ != before + 1) fail("fiber " + std::to_string(i) + " was not unwound");
   }
 
   void body(worker* w, bool draining, bool nested) {
@@ -398,6 +484,7 @@ class simulation {
         sc.in_poll = true;
         sc.wake_pending = false;
         ++sc.polls;
+        run_fiber(w, j);
         body(w, draining, /*nested=*/true);
         end_poll(w, c, draining);
       }
@@ -418,6 +505,7 @@ class simulation {
       if (!c.dropped || c.last) fail("completion of " + std::to_string(i) + " kept its reference");
       st.done = true;
       st.in_poll = false;
+      end_fiber(i);
       std::uint64_t const s = t->state.load(std::memory_order_relaxed);
       if ((s & (sb::complete | sb::scheduled | sb::running | sb::notified)) != sb::complete) {
         fail("task " + std::to_string(i) + " done but its state is not COMPLETE alone");
@@ -630,6 +718,7 @@ class simulation {
   std::size_t next_unused_ = 0;
   std::size_t step_ = 0;
   std::uint64_t refused_ = 0;
+  std::uint64_t unwound_ = 0;  // fibers unwound by their task's completion
   sim_result result_;
 };
 
@@ -665,6 +754,9 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
       total.stale_released += r.stale_released;
       total.turned_live += r.turned_live;
       total.spins += r.spins;
+      total.fibers += r.fibers;
+      total.fiber_switches += r.fiber_switches;
+      total.fiber_migrations += r.fiber_migrations;
     } catch (sim_failure const& e) {
       FAIL() << e.what();
     }
@@ -691,6 +783,12 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
   EXPECT_GT(total.stale_released, 0u) << "no stale entry was released";
   EXPECT_GT(total.turned_live, 0u) << "no wake turned a stale entry live";
   EXPECT_GT(total.steals, 0u) << "the seeds never stole";
+  std::printf("fibers: %llu, %llu switches into them, %llu resumed on another worker\n",
+              static_cast<unsigned long long>(total.fibers),
+              static_cast<unsigned long long>(total.fiber_switches),
+              static_cast<unsigned long long>(total.fiber_migrations));
+  EXPECT_GT(total.fibers, 0u);
+  EXPECT_GT(total.fiber_migrations, 0u) << "no fiber migrated between workers";
 }
 
 TEST(Simulation, ASeedReplaysExactly) {
@@ -705,6 +803,10 @@ TEST(Simulation, ASeedReplaysExactly) {
     EXPECT_EQ(a.unparks, b.unparks);
     EXPECT_EQ(a.inline_claims, b.inline_claims);
     EXPECT_EQ(a.stale_released, b.stale_released);
+    EXPECT_EQ(a.fibers, b.fibers);
+    EXPECT_EQ(a.fiber_switches, b.fiber_switches);
+    EXPECT_EQ(a.fiber_migrations, b.fiber_migrations);
+    EXPECT_EQ(a.fiber_trace, b.fiber_trace);  // same fibers on the same workers, in order
   }
 }
 

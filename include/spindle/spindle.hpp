@@ -14,6 +14,7 @@
 #include "spindle/channel.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/event.hpp"
+#include "spindle/fiber.hpp"
 #include "spindle/io.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/latch.hpp"

@@ -50,10 +50,12 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "spindle/detail/blocking_job.hpp"
@@ -63,6 +65,8 @@
 #include "spindle/task.hpp"
 
 namespace spindle {
+
+struct fiber_options;  // spindle/fiber.hpp
 
 /// Which I/O driver completes file operations.
 enum class io_backend : std::uint8_t {
@@ -186,6 +190,17 @@ class runtime {
       F&& fn) {
     return spawn(detail::make_blocking_task(std::forward<F>(fn)));
   }
+
+  /// Spawns `fn` as a fiber (a stackful task) from any thread; see
+  /// spindle/fiber.hpp, which defines it (include it, or spindle.hpp).
+  /// Throws std::system_error: invalid_argument for a stack below 16 KiB,
+  /// not_enough_memory when no stack can be mapped.
+  template <class F>
+  requires std::invocable<std::decay_t<F>> join_handle<std::invoke_result_t<std::decay_t<F>>>
+  spawn_fiber(F&& fn, fiber_options opts);
+  template <class F>
+  requires std::invocable<std::decay_t<F>> join_handle<std::invoke_result_t<std::decay_t<F>>>
+  spawn_fiber(F&& fn);
 
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;

@@ -1,0 +1,381 @@
+// Fibers: stacks and their pools, the context switch (Boost.Context's
+// fcontext), the C++ exception state and the sanitizers' fiber annotations.
+// The scheduling side is the root coroutine in spindle/fiber.hpp: a fiber
+// is polled, queued, stolen, aborted and destroyed as the task it is.
+//
+// Switch protocol. resume() (root side, on a worker's stack, inside the
+// root coroutine's poll) jumps to the fiber's saved context; the fiber runs
+// until suspend() (an await) or the end of its entry function, each of
+// which jumps back to the context resume() came from. A suspended fiber
+// holds no thread: the next resume() may come from any worker.
+// Design source: Boost.Context (fcontext_t, jump_fcontext's transfer_t),
+// Boost.Context's protected_fixedsize_stack (guard page), Go's per-P stack
+// cache for the per-thread pool.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cxxabi.h>
+#include <atomic>
+#include <boost/context/detail/fcontext.hpp>
+#include <cerrno>
+#include <cstdint>
+#include <mutex>
+#include <system_error>
+#include <vector>
+
+#include "spindle/fiber.hpp"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPINDLE_FIBER_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define SPINDLE_FIBER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(SPINDLE_FIBER_ASAN)
+#define SPINDLE_FIBER_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(SPINDLE_FIBER_TSAN)
+#define SPINDLE_FIBER_TSAN 1
+#endif
+
+#if defined(SPINDLE_FIBER_ASAN)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#if defined(SPINDLE_FIBER_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102  // Linux 6.13: guard pages without a VMA split
+#endif
+
+namespace spindle::detail {
+
+namespace fc = boost::context::detail;
+
+namespace {
+
+constexpr std::size_t min_stack_bytes = 16 * 1024;
+constexpr std::size_t local_pool_stacks = 64;                  // per thread and size
+constexpr std::size_t shared_pool_bytes = 256u * 1024 * 1024;  // guard pages included
+
+std::size_t page_bytes() noexcept {
+  static std::size_t const page = [] {
+    long p = ::sysconf(_SC_PAGESIZE);
+    return p > 0 ? static_cast<std::size_t>(p) : std::size_t{4096};
+  }();
+  return page;
+}
+
+// How guard pages are made: MADV_GUARD_INSTALL where the kernel has it
+// (adjacent stacks stay one mapping, so vm.max_map_count does not bound
+// the number of fibers), else mprotect (one more mapping per stack).
+std::atomic<int> guard_mode{0};  // 0 unknown, 1 madvise, 2 mprotect
+
+bool install_guard(void* page) noexcept {
+  int mode = guard_mode.load(std::memory_order_relaxed);
+  if (mode != 2) {
+    if (::madvise(page, page_bytes(), MADV_GUARD_INSTALL) == 0) {
+      guard_mode.store(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (mode == 1) return false;  // worked before: a real failure
+    guard_mode.store(2, std::memory_order_relaxed);
+  }
+  return ::mprotect(page, page_bytes(), PROT_NONE) == 0;
+}
+
+std::atomic<std::uint64_t> mapped_count{0};
+std::atomic<std::uint64_t> unmapped_count{0};
+
+struct free_stack {
+  void* base;  // usable memory; the guard page is below it
+  std::size_t bytes;
+};
+
+void unmap(free_stack s) noexcept {
+  unmapped_count.fetch_add(1, std::memory_order_relaxed);
+  ::munmap(static_cast<char*>(s.base) - page_bytes(), s.bytes + page_bytes());
+}
+
+struct shared_pool {
+  std::mutex lock;
+  std::vector<free_stack> stacks;  // guarded by lock
+  std::size_t bytes = 0;           // guarded by lock; guard pages included
+};
+
+shared_pool& shared() noexcept {
+  static shared_pool* const pool = new shared_pool;  // never destroyed: used at thread exit
+  return *pool;
+}
+
+struct local_pool {
+  std::vector<free_stack> stacks;
+  bool destroyed = false;
+
+  ~local_pool() {
+    destroyed = true;
+    // Hand what the shared pool has room for over to it; unmap the rest.
+    shared_pool& sp = shared();
+    std::lock_guard guard(sp.lock);
+    for (free_stack s : stacks) {
+      std::size_t const cost = s.bytes + page_bytes();
+      if (sp.bytes + cost <= shared_pool_bytes) {
+        sp.stacks.push_back(s);
+        sp.bytes += cost;
+      } else {
+        unmap(s);
+      }
+    }
+  }
+};
+
+local_pool& local() noexcept {
+  thread_local local_pool pool;
+  return pool;
+}
+
+std::size_t count_size(std::vector<free_stack> const& v, std::size_t bytes) noexcept {
+  std::size_t n = 0;
+  for (free_stack const& s : v)
+    n += s.bytes == bytes ? 1 : 0;
+  return n;
+}
+
+bool take_from(std::vector<free_stack>& v, std::size_t bytes, free_stack& out) noexcept {
+  for (std::size_t i = v.size(); i-- > 0;) {
+    if (v[i].bytes == bytes) {
+      out = v[i];
+      v[i] = v.back();
+      v.pop_back();
+      return true;
+    }
+  }
+  return false;
+}
+
+[[gnu::noinline]] fiber_context*& current_slot() noexcept {
+  thread_local fiber_context* current = nullptr;
+  return current;
+}
+
+// The C++ runtime's per-thread exception state (libstdc++ / libsupc++ and
+// libc++abi share this layout on x86-64 and AArch64).
+struct eh_globals {
+  void* caught_exceptions;
+  unsigned int uncaught_exceptions;
+};
+
+eh_globals* thread_eh() noexcept {
+  return reinterpret_cast<eh_globals*>(abi::__cxa_get_globals());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Stacks
+
+fiber_stack fiber_stack::allocate(std::size_t bytes) {
+  if (bytes < min_stack_bytes) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle::fiber_options::stack_size must be at least 16 KiB");
+  }
+  std::size_t const page = page_bytes();
+  if (bytes > (std::size_t{1} << 40)) {
+    throw std::system_error(std::make_error_code(std::errc::not_enough_memory),
+                            "spindle: fiber stack too large");
+  }
+  bytes = (bytes + page - 1) / page * page;
+  fiber_stack s;
+  free_stack f{};
+  local_pool& lp = local();
+  if (!lp.destroyed && take_from(lp.stacks, bytes, f)) {
+    s.base_ = f.base;
+    s.bytes_ = f.bytes;
+    return s;
+  }
+  {
+    shared_pool& sp = shared();
+    std::lock_guard guard(sp.lock);
+    if (take_from(sp.stacks, bytes, f)) {
+      sp.bytes -= f.bytes + page;
+      s.base_ = f.base;
+      s.bytes_ = f.bytes;
+      return s;
+    }
+  }
+  void* p = ::mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (p == MAP_FAILED) {
+    throw std::system_error(std::make_error_code(std::errc::not_enough_memory),
+                            "spindle: cannot map a fiber stack");
+  }
+  if (!install_guard(p)) {
+    int const e = errno;
+    ::munmap(p, bytes + page);
+    throw std::system_error(e == ENOMEM ? std::make_error_code(std::errc::not_enough_memory)
+                                        : std::error_code(e, std::generic_category()),
+                            "spindle: cannot install a fiber stack's guard page");
+  }
+  mapped_count.fetch_add(1, std::memory_order_relaxed);
+  s.base_ = static_cast<char*>(p) + page;
+  s.bytes_ = bytes;
+  return s;
+}
+
+void fiber_stack::release() noexcept {
+  if (base_ == nullptr) return;
+  free_stack f{std::exchange(base_, nullptr), std::exchange(bytes_, 0)};
+#if defined(SPINDLE_FIBER_ASAN)
+  // The fiber's last frames never returned (it jumped away): clear their
+  // redzones before the stack is used again.
+  ASAN_UNPOISON_MEMORY_REGION(f.base, f.bytes);
+#endif
+  local_pool& lp = local();
+  if (!lp.destroyed && count_size(lp.stacks, f.bytes) < local_pool_stacks) {
+    lp.stacks.push_back(f);
+    return;
+  }
+  shared_pool& sp = shared();
+  {
+    std::lock_guard guard(sp.lock);
+    std::size_t const cost = f.bytes + page_bytes();
+    if (sp.bytes + cost <= shared_pool_bytes) {
+      sp.stacks.push_back(f);
+      sp.bytes += cost;
+      return;
+    }
+  }
+  unmap(f);
+}
+
+std::size_t fiber_stack_bytes_held() noexcept {
+  std::size_t n = 0;
+  local_pool& lp = local();
+  for (free_stack const& s : lp.stacks)
+    n += s.bytes + page_bytes();
+  shared_pool& sp = shared();
+  std::lock_guard guard(sp.lock);
+  return n + sp.bytes;
+}
+
+std::uint64_t fiber_stacks_mapped() noexcept {
+  return mapped_count.load(std::memory_order_relaxed);
+}
+
+std::uint64_t fiber_stacks_unmapped() noexcept {
+  return unmapped_count.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Switching
+
+fiber_context* current_fiber() noexcept {
+  return current_slot();
+}
+
+void throw_outside_fiber(char const* what) {
+  throw std::system_error(std::make_error_code(std::errc::operation_not_permitted), what);
+}
+
+struct fiber_trampoline {
+  // The fiber's first frame: never returns; its last jump goes back to the
+  // root side for good.
+  [[noreturn]] static void start(fc::transfer_t from) noexcept {
+    auto* self = static_cast<fiber_context*>(from.data);
+    self->caller_fctx_ = from.fctx;
+#if defined(SPINDLE_FIBER_ASAN)
+    __sanitizer_finish_switch_fiber(nullptr, &self->caller_stack_bottom_,
+                                    &self->caller_stack_size_);
+#endif
+    self->entry_(self->arg_);
+    self->finished_ = true;
+#if defined(SPINDLE_FIBER_ASAN)
+    __sanitizer_start_switch_fiber(nullptr, self->caller_stack_bottom_, self->caller_stack_size_);
+#endif
+#if defined(SPINDLE_FIBER_TSAN)
+    __tsan_switch_to_fiber(self->tsan_caller_, 0);
+#endif
+    fc::jump_fcontext(self->caller_fctx_, nullptr);
+    __builtin_unreachable();
+  }
+};
+
+fiber_context::fiber_context(fiber_stack stack, void (*entry)(void*) noexcept, void* arg) noexcept
+    : stack_(std::move(stack)), entry_(entry), arg_(arg) {
+#if defined(SPINDLE_FIBER_TSAN)
+  tsan_fiber_ = __tsan_create_fiber(0);
+#endif
+}
+
+fiber_context::~fiber_context() {
+  if (started_ && !finished_) {
+    // Suspended in an await: unwind it. Every await throws task_cancelled
+    // from now on, without switching, so the fiber runs to its end.
+    cancelling_ = true;
+    while (!finished_)
+      (void)resume();
+  }
+#if defined(SPINDLE_FIBER_TSAN)
+  __tsan_destroy_fiber(tsan_fiber_);
+#endif
+}
+
+fiber_await_op* fiber_context::resume() noexcept {
+  if (!started_) {
+    started_ = true;
+    fctx_ = fc::make_fcontext(stack_.top(), stack_.bytes(), &fiber_trampoline::start);
+  }
+  fiber_context*& slot = current_slot();
+  fiber_context* const outer = slot;
+  slot = this;
+  eh_globals* eh = thread_eh();
+  eh_globals const thread_state = *eh;
+  eh->caught_exceptions = eh_caught_;
+  eh->uncaught_exceptions = eh_uncaught_;
+#if defined(SPINDLE_FIBER_TSAN)
+  tsan_caller_ = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(tsan_fiber_, 0);
+#endif
+#if defined(SPINDLE_FIBER_ASAN)
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&fake_stack, stack_.base(), stack_.bytes());
+#endif
+  fc::transfer_t back = fc::jump_fcontext(fctx_, this);
+#if defined(SPINDLE_FIBER_ASAN)
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+  fctx_ = back.fctx;
+  eh_caught_ = eh->caught_exceptions;
+  eh_uncaught_ = eh->uncaught_exceptions;
+  *eh = thread_state;
+  slot = outer;
+  if (finished_) return nullptr;
+  return std::exchange(pending_, nullptr);
+}
+
+void fiber_context::switch_to_root() noexcept {
+#if defined(SPINDLE_FIBER_ASAN)
+  __sanitizer_start_switch_fiber(&asan_fake_stack_, caller_stack_bottom_, caller_stack_size_);
+#endif
+#if defined(SPINDLE_FIBER_TSAN)
+  __tsan_switch_to_fiber(tsan_caller_, 0);
+#endif
+  fc::transfer_t back = fc::jump_fcontext(caller_fctx_, nullptr);
+  caller_fctx_ = back.fctx;  // resumed, perhaps from another thread
+#if defined(SPINDLE_FIBER_ASAN)
+  __sanitizer_finish_switch_fiber(asan_fake_stack_, &caller_stack_bottom_, &caller_stack_size_);
+#endif
+}
+
+void fiber_context::suspend(fiber_await_op& op) {
+  pending_ = &op;
+  switch_to_root();
+  if (cancelling_) throw task_cancelled{};
+  if (op.error) std::rethrow_exception(std::exchange(op.error, nullptr));
+}
+
+}  // namespace spindle::detail
