@@ -424,18 +424,23 @@ def spindle_fiber(cfg, res):
         return
     log(f"spindle: {', '.join(FIBER_TIMED)} (fibers and tasks)")
     stems = "|".join(w.removeprefix("fiber_") for w in FIBER_TIMED)
-    _, out, _ = run([str(exe), f"--benchmark_filter=^(fiber|task)_({stems})/",
-                     f"--benchmark_repetitions={cfg.reps}",
-                     f"--benchmark_min_time={cfg.min_time}",
-                     "--benchmark_report_aggregates_only=true",
-                     "--benchmark_format=json"], env=env)
-    runs = gb_medians(out)
+    code, out, err = run([str(exe), f"--benchmark_filter=^(fiber|task)_({stems})/",
+                          f"--benchmark_repetitions={cfg.reps}",
+                          f"--benchmark_min_time={cfg.min_time}",
+                          "--benchmark_report_aggregates_only=true",
+                          "--benchmark_format=json"], env=env, check=False)
+    try:
+        runs = gb_medians(out) if code == 0 else {}
+    except ValueError:
+        runs = {}
+    failure = None if runs else \
+        "failed: " + (err.strip().splitlines() or [f"exit status {code}"])[-1]
     for w in FIBER_TIMED:
         for kind, system in systems.items():
             name = f"{kind}_{w.removeprefix('fiber_')}/{cfg.workers}/"
             b = next((r for n, r in runs.items() if n.startswith(name)), None)
             if b is None or b.get("error_occurred") or not b.get("items_per_second"):
-                res.miss(w, system, (b or {}).get("error_message", "no result"))
+                res.miss(w, system, failure or (b or {}).get("error_message", "no result"))
                 continue
             # items/s over real time: ns per fiber, yield or round trip.
             res.add(w, system, 1e9 / b["items_per_second"], FIBER_WORKLOADS[w])
@@ -445,7 +450,10 @@ def spindle_fiber(cfg, res):
         for _ in range(cfg.park_reps):
             code, out, err = run([str(exe), f"--benchmark_filter=^{kind}_park/",
                                   "--benchmark_format=json"], env=env, check=False)
-            b = next(iter(gb_medians(out).values()), None) if code == 0 else None
+            try:
+                b = next(iter(gb_medians(out).values()), None) if code == 0 else None
+            except ValueError:
+                b = None
             if b is None or "bytes_per_fiber" not in b:
                 reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
                 res.miss("fiber_park_memory", system, f"failed: {reason}")
@@ -503,8 +511,12 @@ def fiber_checks(res):
                          f"({target}; {why})")
             continue
         ratio = cost_ratio(sv, pv, unit)
-        verdict = "met" if ratio is not None and ratio <= bound else "NOT met"
         short = unit.split("/")[0]
+        if ratio is None:
+            lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
+                         f"no ratio ({target})")
+            continue
+        verdict = "met" if ratio <= bound else "NOT met"
         lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
                      f"{verdict} ({ratio:.2f}x; {target})")
     return lines
@@ -756,7 +768,8 @@ def table_rows(res):
         spindle_cell = fmt(sv) if sv is not None else \
             "n/a: " + res.missing.get((w, "spindle"), "no result")
         peers = peers_of(res, w)
-        unit = unit or next((r["unit"] for r in res.records if r["workload"] == w), "")
+        unit = unit or next((r["unit"] for r in res.records if r["workload"] == w),
+                            FIBER_WORKLOADS.get(w, ""))
         if not peers:
             rows.append([w, unit, spindle_cell, "", "", ""])
         for p in peers:
