@@ -24,9 +24,11 @@ Go) and runs every workload on every system with the same worker count
   scan     spindle-scan, ripgrep (rg -c -F -uuu -a) and GNU grep (grep -rca -F)
            over /usr/include /usr/share, warm: files/s and GB/s
   fiber    stackful fibers: fiber_spawn_join (a root spawns 10,000 empty
-           fibers, then joins each: ns/fiber), fiber_yield (200 fibers x
-           1,000 yields: ns/yield), fiber_ping_pong (two fibers, 10,000 round
-           trips over two rendezvous channels: ns/round trip),
+           fibers, then joins each: ns/fiber; fiber_spawn_join.stacks_mapped:
+           the share of spindle's stacks mapped afresh rather than taken from
+           its pools, since all 10,000 may be alive at once), fiber_yield
+           (200 fibers x 1,000 yields: ns/yield), fiber_ping_pong (two fibers,
+           10,000 round trips over two rendezvous channels: ns/round trip),
            fiber_park_memory and fiber_park_time (100,000 fibers parked in a
            1-hour sleep, in a fresh process per repetition: VmRSS growth in
            bytes/fiber, and ms until the last one has run) on spindle (fibers,
@@ -444,6 +446,9 @@ def spindle_fiber(cfg, res):
                 continue
             # items/s over real time: ns per fiber, yield or round trip.
             res.add(w, system, 1e9 / b["items_per_second"], FIBER_WORKLOADS[w])
+            if "stacks_mapped_per_fiber" in b:
+                res.add("fiber_spawn_join.stacks_mapped", system, b["stacks_mapped_per_fiber"],
+                        "maps/fiber")
     for kind, system in systems.items():
         log(f"{system}: 100,000 parked, {cfg.park_reps} fresh process(es)")
         memory, ms = [], []
@@ -724,7 +729,9 @@ def canonical_workloads():
             names.append("spawn_await.allocs_per_pair")
     for case in IO_CASES:
         names += [f"{case}.warm", f"{case}.cold"]
-    return names + ["scan.files", "scan.bytes"] + list(FIBER_WORKLOADS)
+    fiber = list(FIBER_WORKLOADS)
+    fiber.insert(1, "fiber_spawn_join.stacks_mapped")
+    return names + ["scan.files", "scan.bytes"] + fiber
 
 
 def rank(order, name):
