@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cxxabi.h>
+#include <array>
 #include <atomic>
 #include <boost/context/detail/fcontext.hpp>
 #include <cerrno>
@@ -112,37 +113,59 @@ shared_pool& shared() noexcept {
   return *pool;
 }
 
+// Up to `local_pool_bins` sizes, `local_pool_stacks` stacks each: O(1)
+// take and give for the sizes a thread uses; others go to the shared pool.
+constexpr std::size_t local_pool_bins = 4;
+
+struct local_bin {
+  std::size_t bytes = 0;  // 0: unclaimed
+  std::size_t count = 0;
+  std::array<void*, local_pool_stacks> bases{};
+};
+
 struct local_pool {
-  std::vector<free_stack> stacks;
+  std::array<local_bin, local_pool_bins> bins{};
   bool destroyed = false;
+
+  /// The bin of `bytes`, claiming an empty one; nullptr when none is free.
+  local_bin* bin_for(std::size_t bytes) noexcept {
+    for (local_bin& b : bins) {
+      if (b.bytes == bytes) return &b;
+    }
+    for (local_bin& b : bins) {
+      if (b.count == 0) {
+        b.bytes = bytes;
+        return &b;
+      }
+    }
+    return nullptr;
+  }
 
   ~local_pool() {
     destroyed = true;
     // Hand what the shared pool has room for over to it; unmap the rest.
     shared_pool& sp = shared();
     std::lock_guard guard(sp.lock);
-    for (free_stack s : stacks) {
-      std::size_t const cost = s.bytes + page_bytes();
-      if (sp.bytes + cost <= shared_pool_bytes) {
-        sp.stacks.push_back(s);
-        sp.bytes += cost;
-      } else {
-        unmap(s);
+    for (local_bin& b : bins) {
+      for (std::size_t i = 0; i < b.count; ++i) {
+        free_stack s{b.bases[i], b.bytes};
+        std::size_t const cost = s.bytes + page_bytes();
+        if (sp.bytes + cost <= shared_pool_bytes) {
+          sp.stacks.push_back(s);
+          sp.bytes += cost;
+        } else {
+          unmap(s);
+        }
       }
+      b.count = 0;
     }
   }
 };
 
 local_pool& local() noexcept {
-  thread_local local_pool pool;
+  // initial-exec: see this_thread_context (scheduler.cpp).
+  [[gnu::tls_model("initial-exec")]] thread_local local_pool pool;
   return pool;
-}
-
-std::size_t count_size(std::vector<free_stack> const& v, std::size_t bytes) noexcept {
-  std::size_t n = 0;
-  for (free_stack const& s : v)
-    n += s.bytes == bytes ? 1 : 0;
-  return n;
 }
 
 bool take_from(std::vector<free_stack>& v, std::size_t bytes, free_stack& out) noexcept {
@@ -157,11 +180,6 @@ bool take_from(std::vector<free_stack>& v, std::size_t bytes, free_stack& out) n
   return false;
 }
 
-[[gnu::noinline]] fiber_context*& current_slot() noexcept {
-  thread_local fiber_context* current = nullptr;
-  return current;
-}
-
 // The C++ runtime's per-thread exception state (libstdc++ / libsupc++ and
 // libc++abi share this layout on x86-64 and AArch64).
 struct eh_globals {
@@ -169,8 +187,19 @@ struct eh_globals {
   unsigned int uncaught_exceptions;
 };
 
-eh_globals* thread_eh() noexcept {
-  return reinterpret_cast<eh_globals*>(abi::__cxa_get_globals());
+// The calling thread's fiber state: the fiber running on it, and its
+// exception state's address (looked up once: __cxa_get_globals goes
+// through __tls_get_addr from libstdc++).
+struct thread_fiber_state {
+  fiber_context* current = nullptr;
+  eh_globals* eh = nullptr;
+};
+
+// Not inlined: a fiber may resume on another thread between two calls.
+[[gnu::noinline]] thread_fiber_state& this_thread_fibers() noexcept {
+  // initial-exec: see this_thread_context (scheduler.cpp).
+  [[gnu::tls_model("initial-exec")]] thread_local thread_fiber_state state;
+  return state;
 }
 
 }  // namespace
@@ -192,10 +221,13 @@ fiber_stack fiber_stack::allocate(std::size_t bytes) {
   fiber_stack s;
   free_stack f{};
   local_pool& lp = local();
-  if (!lp.destroyed && take_from(lp.stacks, bytes, f)) {
-    s.base_ = f.base;
-    s.bytes_ = f.bytes;
-    return s;
+  if (!lp.destroyed) {
+    local_bin* bin = lp.bin_for(bytes);
+    if (bin != nullptr && bin->count != 0) {
+      s.base_ = bin->bases[--bin->count];
+      s.bytes_ = bytes;
+      return s;
+    }
   }
   {
     shared_pool& sp = shared();
@@ -235,9 +267,12 @@ void fiber_stack::release() noexcept {
   ASAN_UNPOISON_MEMORY_REGION(f.base, f.bytes);
 #endif
   local_pool& lp = local();
-  if (!lp.destroyed && count_size(lp.stacks, f.bytes) < local_pool_stacks) {
-    lp.stacks.push_back(f);
-    return;
+  if (!lp.destroyed) {
+    local_bin* bin = lp.bin_for(f.bytes);
+    if (bin != nullptr && bin->count < local_pool_stacks) {
+      bin->bases[bin->count++] = f.base;
+      return;
+    }
   }
   shared_pool& sp = shared();
   {
@@ -252,14 +287,17 @@ void fiber_stack::release() noexcept {
   unmap(f);
 }
 
-std::size_t fiber_stack_bytes_held() noexcept {
-  std::size_t n = 0;
-  local_pool& lp = local();
-  for (free_stack const& s : lp.stacks)
-    n += s.bytes + page_bytes();
+std::size_t fiber_shared_pool_bytes() noexcept {
   shared_pool& sp = shared();
   std::lock_guard guard(sp.lock);
-  return n + sp.bytes;
+  return sp.bytes;
+}
+
+std::size_t fiber_local_pool_stacks(std::size_t bytes) noexcept {
+  for (local_bin const& b : local().bins) {
+    if (b.bytes == bytes) return b.count;
+  }
+  return 0;
 }
 
 std::uint64_t fiber_stacks_mapped() noexcept {
@@ -274,7 +312,7 @@ std::uint64_t fiber_stacks_unmapped() noexcept {
 // Switching
 
 fiber_context* current_fiber() noexcept {
-  return current_slot();
+  return this_thread_fibers().current;
 }
 
 void throw_outside_fiber(char const* what) {
@@ -288,16 +326,17 @@ struct fiber_trampoline {
     auto* self = static_cast<fiber_context*>(from.data);
     self->caller_fctx_ = from.fctx;
 #if defined(SPINDLE_FIBER_ASAN)
-    __sanitizer_finish_switch_fiber(nullptr, &self->caller_stack_bottom_,
-                                    &self->caller_stack_size_);
+    __sanitizer_finish_switch_fiber(nullptr, &self->san_.caller_stack_bottom,
+                                    &self->san_.caller_stack_size);
 #endif
     self->entry_(self->arg_);
     self->finished_ = true;
 #if defined(SPINDLE_FIBER_ASAN)
-    __sanitizer_start_switch_fiber(nullptr, self->caller_stack_bottom_, self->caller_stack_size_);
+    __sanitizer_start_switch_fiber(nullptr, self->san_.caller_stack_bottom,
+                                   self->san_.caller_stack_size);
 #endif
 #if defined(SPINDLE_FIBER_TSAN)
-    __tsan_switch_to_fiber(self->tsan_caller_, 0);
+    __tsan_switch_to_fiber(self->san_.tsan_caller, 0);
 #endif
     fc::jump_fcontext(self->caller_fctx_, nullptr);
     __builtin_unreachable();
@@ -307,7 +346,7 @@ struct fiber_trampoline {
 fiber_context::fiber_context(fiber_stack stack, void (*entry)(void*) noexcept, void* arg) noexcept
     : stack_(std::move(stack)), entry_(entry), arg_(arg) {
 #if defined(SPINDLE_FIBER_TSAN)
-  tsan_fiber_ = __tsan_create_fiber(0);
+  san_.tsan_fiber = __tsan_create_fiber(0);
 #endif
 }
 
@@ -320,7 +359,7 @@ fiber_context::~fiber_context() {
       (void)resume();
   }
 #if defined(SPINDLE_FIBER_TSAN)
-  __tsan_destroy_fiber(tsan_fiber_);
+  __tsan_destroy_fiber(san_.tsan_fiber);
 #endif
 }
 
@@ -329,16 +368,17 @@ fiber_await_op* fiber_context::resume() noexcept {
     started_ = true;
     fctx_ = fc::make_fcontext(stack_.top(), stack_.bytes(), &fiber_trampoline::start);
   }
-  fiber_context*& slot = current_slot();
-  fiber_context* const outer = slot;
-  slot = this;
-  eh_globals* eh = thread_eh();
+  thread_fiber_state& tls = this_thread_fibers();
+  fiber_context* const outer = tls.current;
+  tls.current = this;
+  eh_globals* eh = tls.eh;
+  if (eh == nullptr) eh = tls.eh = reinterpret_cast<eh_globals*>(abi::__cxa_get_globals());
   eh_globals const thread_state = *eh;
   eh->caught_exceptions = eh_caught_;
   eh->uncaught_exceptions = eh_uncaught_;
 #if defined(SPINDLE_FIBER_TSAN)
-  tsan_caller_ = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(tsan_fiber_, 0);
+  san_.tsan_caller = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(san_.tsan_fiber, 0);
 #endif
 #if defined(SPINDLE_FIBER_ASAN)
   void* fake_stack = nullptr;
@@ -352,23 +392,43 @@ fiber_await_op* fiber_context::resume() noexcept {
   eh_caught_ = eh->caught_exceptions;
   eh_uncaught_ = eh->uncaught_exceptions;
   *eh = thread_state;
-  slot = outer;
+  tls.current = outer;
   if (finished_) return nullptr;
   return std::exchange(pending_, nullptr);
 }
 
 void fiber_context::switch_to_root() noexcept {
 #if defined(SPINDLE_FIBER_ASAN)
-  __sanitizer_start_switch_fiber(&asan_fake_stack_, caller_stack_bottom_, caller_stack_size_);
+  __sanitizer_start_switch_fiber(&san_.asan_fake_stack, san_.caller_stack_bottom,
+                                 san_.caller_stack_size);
 #endif
 #if defined(SPINDLE_FIBER_TSAN)
-  __tsan_switch_to_fiber(tsan_caller_, 0);
+  __tsan_switch_to_fiber(san_.tsan_caller, 0);
 #endif
   fc::transfer_t back = fc::jump_fcontext(caller_fctx_, nullptr);
   caller_fctx_ = back.fctx;  // resumed, perhaps from another thread
 #if defined(SPINDLE_FIBER_ASAN)
-  __sanitizer_finish_switch_fiber(asan_fake_stack_, &caller_stack_bottom_, &caller_stack_size_);
+  __sanitizer_finish_switch_fiber(san_.asan_fake_stack, &san_.caller_stack_bottom,
+                                  &san_.caller_stack_size);
 #endif
+}
+
+namespace {
+// What a yielding fiber's root awaits: yield_now's await_suspend.
+std::coroutine_handle<> yield_suspend(fiber_await_op* /*op*/,
+                                      std::coroutine_handle<> root) noexcept {
+  if (suspend_current(root) == nullptr) return root;
+  yield_current();  // re-queued at the back when this poll returns
+  return std::noop_coroutine();
+}
+}  // namespace
+
+void fiber_yield() {
+  fiber_context* self = this_thread_fibers().current;
+  if (self == nullptr) throw_outside_fiber("spindle::this_fiber::yield outside a fiber");
+  if (self->cancelling_) throw task_cancelled{};
+  fiber_await_op op{nullptr, &yield_suspend, {}};
+  self->suspend(op);
 }
 
 void fiber_context::suspend(fiber_await_op& op) {

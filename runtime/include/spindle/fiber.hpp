@@ -134,9 +134,11 @@ class fiber_stack {
   std::size_t bytes_ = 0;
 };
 
-/// Bytes of stacks (guard pages included) held by the calling thread's pool
-/// and the shared pool (for tests of the pools' bounds).
-[[nodiscard]] std::size_t fiber_stack_bytes_held() noexcept;
+/// Bytes of stacks (guard pages included) in the shared pool, and the
+/// stacks of `bytes` usable bytes in the calling thread's pool (for tests of
+/// the pools' bounds: 256 MiB and 64).
+[[nodiscard]] std::size_t fiber_shared_pool_bytes() noexcept;
+[[nodiscard]] std::size_t fiber_local_pool_stacks(std::size_t bytes) noexcept;
 /// Stacks mapped and unmapped since the process started (for tests: a
 /// steady spawn/join maps none).
 [[nodiscard]] std::uint64_t fiber_stacks_mapped() noexcept;
@@ -179,6 +181,7 @@ class fiber_context {
 
  private:
   friend struct fiber_trampoline;  // fiber.cpp: the fiber's first frame
+  friend void fiber_yield();
   void switch_to_root() noexcept;
 
   fiber_stack stack_;
@@ -195,11 +198,13 @@ class fiber_context {
   void* eh_caught_ = nullptr;
   unsigned int eh_uncaught_ = 0;
   // Sanitizer bookkeeping (unused without sanitizers).
-  void* asan_fake_stack_ = nullptr;
-  void const* caller_stack_bottom_ = nullptr;
-  std::size_t caller_stack_size_ = 0;
-  void* tsan_fiber_ = nullptr;
-  void* tsan_caller_ = nullptr;
+  struct sanitizer_state {
+    void* asan_fake_stack = nullptr;
+    void const* caller_stack_bottom = nullptr;
+    std::size_t caller_stack_size = 0;
+    void* tsan_fiber = nullptr;
+    void* tsan_caller = nullptr;
+  } san_;
 };
 
 /// The fiber running on the calling thread, or nullptr (not inlined: a
@@ -208,6 +213,9 @@ class fiber_context {
 
 /// Throws std::system_error(operation_not_permitted) outside a fiber.
 [[noreturn]] void throw_outside_fiber(char const* what);
+
+/// this_fiber::yield: await(yield_now{}) without the type erasure.
+void fiber_yield();
 
 template <class A>
 concept has_member_co_await = requires(A&& a) {
@@ -377,8 +385,7 @@ decltype(auto) await(A&& a) {
 /// Lets other tasks and fibers run: the fiber goes to the back of its
 /// worker's run queue (as yield_now for a task).
 inline void yield() {
-  if (!in_fiber()) detail::throw_outside_fiber("spindle::this_fiber::yield outside a fiber");
-  await(yield_now{});
+  detail::fiber_yield();
 }
 
 /// Suspends the calling fiber for at least `d` (the timer's resolution is
