@@ -4,8 +4,9 @@
     bench/compare.py [--workers N] [--quick] [--out DIR] [--only SECTION ...]
 
 Builds spindle (Meson, release, into build-bench/), the peers that can be
-built (Tokio with Debian's packaged crates, oneTBB, Boost.Asio) and runs every
-workload on every system with the same worker count (default 2):
+built (Tokio with Debian's packaged crates, oneTBB, Boost.Asio, Boost.Fiber,
+Go) and runs every workload on every system with the same worker count
+(default 2):
 
   runtime  spawn_many_local, spawn_many_remote_idle, spawn_many_remote_busy,
            yield_many, ping_pong, chained_spawn, spawn_await, fib_30, fib_35,
@@ -22,6 +23,21 @@ workload on every system with the same worker count (default 2):
            engine (depth threads)
   scan     spindle-scan, ripgrep (rg -c -F -uuu -a) and GNU grep (grep -rca -F)
            over /usr/include /usr/share, warm: files/s and GB/s
+  fiber    stackful fibers: fiber_spawn_join (a root spawns 10,000 empty
+           fibers, then joins each: ns/fiber; fiber_spawn_join.stacks_mapped:
+           the share of spindle's stacks mapped afresh rather than taken from
+           its pools, since all 10,000 may be alive at once), fiber_yield
+           (200 fibers x 1,000 yields: ns/yield), fiber_ping_pong (two fibers,
+           10,000 round trips over two rendezvous channels: ns/round trip),
+           fiber_park_memory and fiber_park_time (100,000 fibers parked in a
+           1-hour sleep, in a fresh process per repetition: VmRSS growth in
+           bytes/fiber, and ms until the last one has run) on spindle (fibers,
+           default 64 KiB stacks; bench/bench_fiber.cpp), spindle-task (the
+           same workloads with coroutine tasks and co_await), boost-fiber
+           (Boost.Fiber 1.74, default 128 KiB stacks), boost-fiber-64k (64 KiB
+           fixedsize_stack: Boost's 128 KiB default crosses glibc's mmap
+           threshold) and go (goroutines). After the table, one line per
+           target of the fiber issue: met or NOT met, from the medians.
 
 Who does the work, per runtime workload: every system runs N worker threads
 and the measuring thread only waits (spindle and Tokio: the workload's root
@@ -33,6 +49,33 @@ spawn_many_local: a task on a worker spawns 10,000 (local queues);
 spawn_many_remote_*: the measuring thread spawns 10,000 (inject queue), a
 task on the workers joins them; yield_many: a task spawns 200 yielders;
 fib: the root runs on a worker.
+Per fiber workload: spindle's root is a fiber (runtime::spawn_fiber;
+spindle-task: a task) and the thread waits on an atomic; Boost.Fiber runs
+algo::work_stealing on N threads, the measuring thread being one of them (its
+main fiber joins the root fiber; an idle thread spins on stealing,
+work_stealing's default suspend = false, as with suspend = true it would sleep
+and never steal); Go runs with GOMAXPROCS=N, the root in a goroutine and main
+blocked on a channel (holding no P).
+
+What each peer measures and how, for the fiber section:
+  spawn_join  spindle: spawn_fiber + this_fiber::await(join_handle) on each;
+              spindle-task: spawn + co_await; Boost: boost::fibers::fiber
+              (launch::post) + join(); Go: `go f()` + one sync.WaitGroup
+              (Go has no join handle: the WaitGroup is its idiom).
+  yield       spindle: this_fiber::yield(); spindle-task: co_await
+              yield_now; Boost: boost::this_fiber::yield(); Go:
+              runtime.Gosched() (which puts the goroutine on the global run
+              queue).
+  ping_pong   spindle and spindle-task: spindle::channel<int> of capacity 0
+              (a rendezvous, as Go's unbuffered chan); Boost:
+              boost::fibers::unbuffered_channel<int>; Go: unbuffered chan int.
+              The root is the pinging side and spawns the ponging one.
+  park        spindle: this_fiber::sleep_for(1 h) (spindle-task: co_await
+              sleep_for); Boost: boost::this_fiber::sleep_for (the peer
+              leaves with _Exit, the fibers still asleep); Go: time.Sleep.
+              Memory is VmRSS after the last fiber ran minus VmRSS before the
+              first spawn, over 100,000; it includes stacks' touched pages,
+              frames and schedulers' bookkeeping.
 
 Prints one table and writes DIR/compare.json (a list of {"workload",
 "system", "value", "unit"} records; lower is better unless the unit ends in
@@ -42,7 +85,11 @@ Medians over repeated runs: Google Benchmark's --benchmark_repetitions for
 spindle, the same number of samples for the peers.
 
 --quick: 3 repetitions of short runs, no fib_35, a 256 MiB file instead of
-1 GiB, one 1-second fio run per case, the scan over /usr/include only.
+1 GiB, one 1-second fio run per case, the scan over /usr/include only, one
+fresh process per system for the parked fibers.
+The Go peer is built with `go build` into build-bench/peers/go (GOCACHE
+there, no network: no modules but the standard library); without `go` it is
+skipped with a message.
 Python 3 standard library only.
 """
 
@@ -93,6 +140,29 @@ IO_CASES = {
     "read_4k_rand_qd32": ("random_4k", 32, 4096, "randread"),
     "read_128k_seq_qd8": ("sequential_128k", 8, 131072, "read"),
 }
+
+# Fiber workloads: name -> unit. fiber_park_* come from one fresh process
+# per repetition (RSS growth).
+FIBER_WORKLOADS = {
+    "fiber_spawn_join": "ns/fiber",
+    "fiber_yield": "ns/yield",
+    "fiber_ping_pong": "ns/round trip",
+    "fiber_park_memory": "bytes/fiber",
+    "fiber_park_time": "ms",
+}
+FIBER_TIMED = ["fiber_spawn_join", "fiber_yield", "fiber_ping_pong"]
+# The targets of the fiber issue: (label, workload, peer, largest spindle/peer
+# cost ratio that meets it).
+FIBER_TARGETS = [
+    ("spawn_join", "fiber_spawn_join", "go", 1.0),
+    ("spawn_join", "fiber_spawn_join", "boost-fiber", 0.5),
+    ("spawn_join", "fiber_spawn_join", "boost-fiber-64k", 0.5),
+    ("yield", "fiber_yield", "boost-fiber", 1.0),
+    ("yield", "fiber_yield", "boost-fiber-64k", 1.0),
+    ("yield", "fiber_yield", "spindle-task", 2.0),
+    ("ping_pong", "fiber_ping_pong", "go", 1.0),
+    ("park_memory", "fiber_park_memory", "go", 3.0),
+]
 
 PROCESS_TIMEOUT = 1800
 
@@ -163,8 +233,10 @@ def build_spindle():
         log("reconfiguring build-bench/ (finds peers installed since)")
         run(["meson", "setup", "--reconfigure", str(BUILD)], cwd=ROOT)
     log("building spindle's benchmarks and spindle-scan")
-    run(["ninja", "-C", str(BUILD), "bench/bench_runtime", "bench/bench_io",
-         "examples/spindle-scan"])
+    targets = ["bench/bench_runtime", "bench/bench_io", "examples/spindle-scan"]
+    if "bench/bench_fiber" in ninja_targets():  # spindle with fibers
+        targets.append("bench/bench_fiber")
+    run(["ninja", "-C", str(BUILD), *targets])
 
 
 def ninja_targets():
@@ -220,6 +292,32 @@ def build_tokio(status):
         return None
     status["tokio"] = "built"
     return work / "target" / "release" / "spindle-peer-tokio"
+
+
+def build_go(status):
+    """go build of bench/peers/go into build-bench/peers/go (standard library
+    only: no module download, GOPROXY=off)."""
+    go = shutil.which("go")
+    if go is None:
+        status["go"] = "not built: go not found (apt-get install golang-go)"
+        log("go not found: the fiber section runs without the Go peer "
+            "(apt-get install golang-go)")
+        return None
+    work = BUILD / "peers" / "go"
+    work.mkdir(parents=True, exist_ok=True)
+    exe = work / "spindle-peer-go"
+    env = {"GOCACHE": str(work / "cache"), "GOPATH": str(work / "gopath"),
+           "GOPROXY": "off", "GO111MODULE": "on", "GOFLAGS": "-trimpath", "GOWORK": "off",
+           "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    log("building the Go peer (go build, standard library only)")
+    try:
+        run([go, "build", "-o", str(exe), "."], env=env, cwd=ROOT / "bench" / "peers" / "go")
+    except RuntimeError as e:
+        status["go"] = f"build failed: {e}"
+        return None
+    _, version, _ = run([go, "version"], check=False)
+    status["go"] = f"built ({version.strip()})"
+    return exe
 
 
 # --------------------------------------------------------------------------
@@ -310,6 +408,123 @@ def peer_runtime(cfg, res, system, exe, workloads):
             continue
         for r in json.loads(out)["results"]:
             res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+
+
+# --------------------------------------------------------------------------
+# Fiber workloads
+
+def spindle_fiber(cfg, res):
+    """bench_fiber: fiber_* rows are spindle's fibers, task_* rows the same
+    workloads with coroutine tasks (system spindle-task)."""
+    exe = BUILD / "bench" / "bench_fiber"
+    env = {"SPINDLE_BENCH_WORKERS": str(cfg.workers)}
+    systems = {"fiber": "spindle", "task": "spindle-task"}
+    if not exe.exists():
+        for w in FIBER_WORKLOADS:
+            for system in systems.values():
+                res.miss(w, system, "bench_fiber not built")
+        return
+    log(f"spindle: {', '.join(FIBER_TIMED)} (fibers and tasks)")
+    stems = "|".join(w.removeprefix("fiber_") for w in FIBER_TIMED)
+    code, out, err = run([str(exe), f"--benchmark_filter=^(fiber|task)_({stems})/",
+                          f"--benchmark_repetitions={cfg.reps}",
+                          f"--benchmark_min_time={cfg.min_time}",
+                          "--benchmark_report_aggregates_only=true",
+                          "--benchmark_format=json"], env=env, check=False)
+    try:
+        runs = gb_medians(out) if code == 0 else {}
+    except ValueError:
+        runs = {}
+    failure = None if runs else \
+        "failed: " + (err.strip().splitlines() or [f"exit status {code}"])[-1]
+    for w in FIBER_TIMED:
+        for kind, system in systems.items():
+            name = f"{kind}_{w.removeprefix('fiber_')}/{cfg.workers}/"
+            b = next((r for n, r in runs.items() if n.startswith(name)), None)
+            if b is None or b.get("error_occurred") or not b.get("items_per_second"):
+                res.miss(w, system, failure or (b or {}).get("error_message", "no result"))
+                continue
+            # items/s over real time: ns per fiber, yield or round trip.
+            res.add(w, system, 1e9 / b["items_per_second"], FIBER_WORKLOADS[w])
+            if "stacks_mapped_per_fiber" in b:
+                res.add("fiber_spawn_join.stacks_mapped", system, b["stacks_mapped_per_fiber"],
+                        "maps/fiber")
+    for kind, system in systems.items():
+        log(f"{system}: 100,000 parked, {cfg.park_reps} fresh process(es)")
+        memory, ms = [], []
+        for _ in range(cfg.park_reps):
+            code, out, err = run([str(exe), f"--benchmark_filter=^{kind}_park/",
+                                  "--benchmark_format=json"], env=env, check=False)
+            try:
+                b = next(iter(gb_medians(out).values()), None) if code == 0 else None
+            except ValueError:
+                b = None
+            if b is None or "bytes_per_fiber" not in b:
+                reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+                res.miss("fiber_park_memory", system, f"failed: {reason}")
+                res.miss("fiber_park_time", system, f"failed: {reason}")
+                break
+            memory.append(b["bytes_per_fiber"])
+            ms.append(b["park_ms"])
+        else:
+            res.add("fiber_park_memory", system, statistics.median(memory), "bytes/fiber")
+            res.add("fiber_park_time", system, statistics.median(ms), "ms")
+
+
+def peer_fiber(cfg, res, system, cmd, env=None):
+    """A peer's fiber workloads: the timed ones in one process, then
+    cfg.park_reps fresh processes of fiber_park (RSS growth)."""
+    log(f"{system}: {', '.join(FIBER_TIMED)}")
+    timed = cmd + ["--workers", str(cfg.workers), "--reps", str(cfg.reps),
+                   "--min-time", str(cfg.min_time)]
+    for w in FIBER_TIMED:
+        timed += ["--workload", w]
+    code, out, err = run(timed, env=env, check=False)
+    if code != 0:
+        reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+        for w in FIBER_TIMED:
+            res.miss(w, system, f"failed: {reason}")
+    else:
+        for r in json.loads(out)["results"]:
+            res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+    log(f"{system}: 100,000 parked, {cfg.park_reps} fresh process(es)")
+    samples = {}
+    for _ in range(cfg.park_reps):
+        code, out, err = run(cmd + ["--workers", str(cfg.workers), "--workload", "fiber_park"],
+                             env=env, check=False)
+        if code != 0:
+            reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+            res.miss("fiber_park_memory", system, f"failed: {reason}")
+            res.miss("fiber_park_time", system, f"failed: {reason}")
+            return
+        for r in json.loads(out)["results"]:
+            samples.setdefault((r["workload"], r["unit"]), []).extend(r["samples"])
+    for (w, unit), values in samples.items():
+        res.add(w, system, statistics.median(values), unit)
+
+
+def fiber_checks(res):
+    """One line per target of the fiber issue, from the medians."""
+    lines = []
+    for label, workload, peer, bound in FIBER_TARGETS:
+        sv, unit = res.value(workload, "spindle")
+        pv, _ = res.value(workload, peer)
+        target = f"target <= {bound:g}x"
+        if sv is None or pv is None:
+            why = res.missing.get((workload, "spindle" if sv is None else peer), "no result")
+            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: not measured "
+                         f"({target}; {why})")
+            continue
+        ratio = cost_ratio(sv, pv, unit)
+        short = unit.split("/")[0]
+        if ratio is None:
+            lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
+                         f"no ratio ({target})")
+            continue
+        verdict = "met" if ratio <= bound else "NOT met"
+        lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
+                     f"{verdict} ({ratio:.2f}x; {target})")
+    return lines
 
 
 # --------------------------------------------------------------------------
@@ -500,7 +715,8 @@ def scan(cfg, res):
 # --------------------------------------------------------------------------
 # Output
 
-SYSTEM_ORDER = ["spindle", "tokio", "onetbb", "boost-asio", "spindle-threadpool",
+SYSTEM_ORDER = ["spindle", "spindle-task", "tokio", "onetbb", "boost-asio", "boost-fiber",
+                "boost-fiber-64k", "go", "spindle-threadpool",
                 "spindle-ring-only", "spindle-pool-only",
                 "fio-io_uring", "fio-psync", "ripgrep", "grep"]
 
@@ -513,7 +729,9 @@ def canonical_workloads():
             names.append("spawn_await.allocs_per_pair")
     for case in IO_CASES:
         names += [f"{case}.warm", f"{case}.cold"]
-    return names + ["scan.files", "scan.bytes"]
+    fiber = list(FIBER_WORKLOADS)
+    fiber.insert(1, "fiber_spawn_join.stacks_mapped")
+    return names + ["scan.files", "scan.bytes"] + fiber
 
 
 def rank(order, name):
@@ -557,7 +775,8 @@ def table_rows(res):
         spindle_cell = fmt(sv) if sv is not None else \
             "n/a: " + res.missing.get((w, "spindle"), "no result")
         peers = peers_of(res, w)
-        unit = unit or next((r["unit"] for r in res.records if r["workload"] == w), "")
+        unit = unit or next((r["unit"] for r in res.records if r["workload"] == w),
+                            FIBER_WORKLOADS.get(w, ""))
         if not peers:
             rows.append([w, unit, spindle_cell, "", "", ""])
         for p in peers:
@@ -593,7 +812,7 @@ def print_table(rows):
         print(line(cells))
 
 
-def write_markdown(path, rows, res, cfg, status):
+def write_markdown(path, rows, res, cfg, status, checks):
     out = ["# spindle vs peers", ""]
     out.append(f"{datetime.datetime.now().isoformat(timespec='seconds')}, "
                f"{platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
@@ -611,6 +830,12 @@ def write_markdown(path, rows, res, cfg, status):
     for r in rows:
         out.append("| " + " | ".join(str(c).replace("|", "/") for c in r) + " |")
     out.append("")
+    if checks:
+        out.append("## Targets (fiber issue)")
+        out.append("")
+        for c in checks:
+            out.append(f"- {c}")
+        out.append("")
     out.append("## Peers")
     out.append("")
     for name, state in status.items():
@@ -681,7 +906,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
     ap.add_argument("--out", default=str(ROOT / "bench-results"),
                     help="output directory (default bench-results/)")
-    ap.add_argument("--only", action="append", choices=["runtime", "io", "scan"],
+    ap.add_argument("--only", action="append", choices=["runtime", "io", "scan", "fiber"],
                     help="run only this section (repeatable)")
     cfg = ap.parse_args()
     if cfg.workers < 1:
@@ -692,7 +917,8 @@ def main():
     cfg.fio_reps = 1 if cfg.quick else 3  # cold runs: 3 / 5 (they are short)
     cfg.scan_reps = 1 if cfg.quick else 3
     cfg.io_mib = 256 if cfg.quick else 1024
-    sections = cfg.only or ["runtime", "io", "scan"]
+    cfg.park_reps = 1 if cfg.quick else cfg.reps  # fresh processes of 100,000 parked fibers
+    sections = cfg.only or ["runtime", "io", "scan", "fiber"]
     out_dir = Path(cfg.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -743,6 +969,24 @@ def main():
         status["ripgrep"] = "found" if shutil.which("rg") else "not installed"
         status["grep"] = "found" if shutil.which("grep") else "not installed"
         scan(cfg, res)
+    checks = []
+    if "fiber" in sections:
+        boost_fiber = build_cxx_peer("boost-fiber", "bench/peers/boost_fiber_peer", status)
+        go = build_go(status)
+        spindle_fiber(cfg, res)
+        if boost_fiber is None:
+            for system in ("boost-fiber", "boost-fiber-64k"):
+                for w in FIBER_WORKLOADS:
+                    res.miss(w, system, "peer not built")
+        else:
+            peer_fiber(cfg, res, "boost-fiber", [str(boost_fiber)])
+            peer_fiber(cfg, res, "boost-fiber-64k", [str(boost_fiber), "--stack-size", "65536"])
+        if go is None:
+            for w in FIBER_WORKLOADS:
+                res.miss(w, "go", "peer not built")
+        else:
+            peer_fiber(cfg, res, "go", [str(go)], env={"GOMAXPROCS": str(cfg.workers)})
+        checks = fiber_checks(res)
 
     rows = table_rows(res)
     print()
@@ -750,13 +994,17 @@ def main():
           "lower is better unless the unit ends in /s")
     print_table(rows)
     print()
+    for c in checks:
+        print(c)
+    if checks:
+        print()
     for name, state in status.items():
         print(f"peer {name}: {state}")
     for n in res.notes:
         print(f"note: {n}")
 
     (out_dir / "compare.json").write_text(json.dumps(res.records, indent=1) + "\n")
-    write_markdown(out_dir / "compare.md", rows, res, cfg, status)
+    write_markdown(out_dir / "compare.md", rows, res, cfg, status, checks)
     problem = write_chart(out_dir / "compare.png", res, out_dir)
     if problem:
         print(f"chart: {problem}")

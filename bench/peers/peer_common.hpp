@@ -1,6 +1,9 @@
-// Shared by the C++ peers of bench/compare.py (bench/peers/tbb, bench/peers/asio):
-// argument parsing, the measurement loop and the JSON output, the same as
-// the Tokio peer's (bench/peers/tokio/src/main.rs).
+// Shared by the C++ peers of bench/compare.py (bench/peers/tbb, bench/peers/asio,
+// bench/peers/boost_fiber): argument parsing, the measurement loop and the
+// JSON output, the same as the Tokio peer's (bench/peers/tokio/src/main.rs)
+// and the Go peer's (bench/peers/go/main.go). What each peer measures and how
+// (threads, queues, channels, stacks): the comment at the top of each peer
+// and compare.py's docstring.
 //
 // Usage of a peer: PEER --workers N [--reps R] [--min-time SECONDS]
 //                       [--workload NAME]...

@@ -1,0 +1,3 @@
+module spindle/bench/peers/go
+
+go 1.19
