@@ -4,6 +4,7 @@
 // random awaits.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -686,6 +687,30 @@ TEST(FiberDeathTest, AStackOverflowFaultsAtTheGuardPage) {
   EXPECT_EXIT(overflow_a_fiber_stack(), ::testing::ExitedWithCode(42), "");
 }
 
+// A stack that cannot be mapped fails the fiber (its join handle throws
+// not_enough_memory), never the process. In a child with a small address
+// space limit (not under the sanitizers, whose shadow needs the space).
+void spawn_beyond_the_address_space() {
+  spindle::runtime rt{{.workers = 1}};
+  struct rlimit lim {};
+  ::getrlimit(RLIMIT_AS, &lim);
+  lim.rlim_cur = 4ull << 30;  // 4 GiB: the runtime is up; a 16 GiB stack cannot fit
+  if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(45);
+  auto h = rt.spawn_fiber([] { return 1; }, {.stack_size = std::size_t{16} << 30});
+  try {
+    (void)join(rt, std::move(h));
+  } catch (std::system_error const& e) {
+    ::_exit(e.code() == std::errc::not_enough_memory ? 42 : 43);
+  }
+  ::_exit(44);
+}
+
+TEST(FiberDeathTest, AStackThatCannotBeMappedFailsTheFiber) {
+  if (spindle_test::under_asan || spindle_test::under_tsan) GTEST_SKIP() << "sanitizer shadow";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(spawn_beyond_the_address_space(), ::testing::ExitedWithCode(42), "");
+}
+
 TEST(Fiber, SteadySpawnAndJoinMapsNoNewStacks) {
   spindle::runtime rt{two_workers()};
   // Warm up the pools, then spawn and join one at a time.
@@ -713,8 +738,16 @@ TEST(Fiber, ThePoolsGiveStacksBackBeyondTheirBound) {
     spindle::runtime rt{two_workers()};
     spindle::event go;
     std::vector<spindle::join_handle<void>> hs;
-    for (long i = 0; i < n; ++i)
-      hs.push_back(rt.spawn_fiber([&go] { tf::await(go.wait()); }));
+    std::atomic<long> parked{0};
+    for (long i = 0; i < n; ++i) {
+      hs.push_back(rt.spawn_fiber([&go, &parked] {
+        parked.fetch_add(1);
+        tf::await(go.wait());
+      }));
+    }
+    // Stacks are taken when a fiber first runs: wait until all hold one.
+    while (parked.load() < n)
+      std::this_thread::sleep_for(1ms);
     go.set();
     for (auto& h : hs)
       join(rt, std::move(h));

@@ -207,7 +207,7 @@ struct thread_fiber_state {
 // ---------------------------------------------------------------------------
 // Stacks
 
-fiber_stack fiber_stack::allocate(std::size_t bytes) {
+std::size_t fiber_stack::checked_size(std::size_t bytes) {
   if (bytes < min_stack_bytes) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle::fiber_options::stack_size must be at least 16 KiB");
@@ -217,7 +217,12 @@ fiber_stack fiber_stack::allocate(std::size_t bytes) {
     throw std::system_error(std::make_error_code(std::errc::not_enough_memory),
                             "spindle: fiber stack too large");
   }
-  bytes = (bytes + page - 1) / page * page;
+  return (bytes + page - 1) / page * page;
+}
+
+fiber_stack fiber_stack::allocate(std::size_t bytes) {
+  bytes = checked_size(bytes);
+  std::size_t const page = page_bytes();
   fiber_stack s;
   free_stack f{};
   local_pool& lp = local();

@@ -20,9 +20,13 @@
 // barrier, when_all/when_any) and the worker runs other tasks meanwhile.
 //
 // Stacks: `fiber_options::stack_size` bytes (rounded up to pages; 64 KiB by
-// default; below 16 KiB throws std::system_error(std::errc::invalid_argument);
-// memory that cannot be mapped throws std::system_error(std::errc::not_enough_memory)),
-// mapped with MAP_NORESERVE so that only touched pages cost memory, with a
+// default; below 16 KiB spawn_fiber throws
+// std::system_error(std::errc::invalid_argument)). A fiber takes its stack
+// when it first runs, not when it is spawned: a burst of queued fibers
+// holds no stacks, and one that finishes in its first poll gives its stack
+// back for the next. When no stack can be mapped, the fiber fails with
+// std::system_error(std::errc::not_enough_memory), rethrown by its join
+// handle. Stacks are mapped with MAP_NORESERVE so that only touched pages cost memory, with a
 // guard page below: an overflow is a SIGSEGV at the guard page, never silent
 // corruption. Stacks are reused through a per-thread pool (64 per thread and
 // size) and a shared pool (at most 256 MiB of stacks); a stack freed beyond
@@ -110,6 +114,8 @@ class fiber_stack {
   /// one. Throws std::system_error: invalid_argument below 16 KiB,
   /// not_enough_memory when the mapping fails.
   [[nodiscard]] static fiber_stack allocate(std::size_t bytes);
+  /// `bytes` rounded up to pages; throws what allocate throws for a size.
+  [[nodiscard]] static std::size_t checked_size(std::size_t bytes);
 
   fiber_stack() noexcept = default;
   fiber_stack(fiber_stack&& other) noexcept
@@ -318,9 +324,9 @@ struct fiber_body {
 /// the fiber and whose awaits are the fiber's. Destroying its frame while
 /// the fiber is suspended unwinds the fiber (fiber_context's destructor).
 template <class R, class F>
-SPINDLE_COROUTINE_TEMPLATE task<R> fiber_root(F fn, fiber_stack stack) {
+SPINDLE_COROUTINE_TEMPLATE task<R> fiber_root(F fn, std::size_t stack_bytes) {
   fiber_body<R, F> body{std::move(fn)};
-  fiber_context fiber{std::move(stack), &fiber_body<R, F>::entry, &body};
+  fiber_context fiber{fiber_stack::allocate(stack_bytes), &fiber_body<R, F>::entry, &body};
   while (fiber_await_op* op = fiber.resume())
     co_await erased_fiber_await{op};
   co_return body.take();
@@ -334,10 +340,9 @@ join_handle<fiber_result_t<F>> spawn_fiber_on(scheduler* sched, F&& fn, fiber_op
   using R = fiber_result_t<F>;
   static_assert(!std::is_reference_v<R>,
                 "spindle::spawn_fiber: fn must return a value, not a reference");
-  fiber_stack stack = fiber_stack::allocate(opts.stack_size);
+  std::size_t const stack_bytes = fiber_stack::checked_size(opts.stack_size);
   auto frame =
-      fiber_root<R, std::decay_t<F>>(std::decay_t<F>(std::forward<F>(fn)), std::move(stack))
-          .release();
+      fiber_root<R, std::decay_t<F>>(std::decay_t<F>(std::forward<F>(fn)), stack_bytes).release();
   return join_handle<R>{spawn_root(sched, frame, &frame.promise())};
 }
 
@@ -347,8 +352,9 @@ join_handle<fiber_result_t<F>> spawn_fiber_on(scheduler* sched, F&& fn, fiber_op
 /// fiber, or a thread inside block_on); `fn` is moved (or copied) into the
 /// fiber and invoked once as an rvalue. Returns the join handle of its
 /// result. Throws std::system_error: operation_not_permitted outside a
-/// runtime, invalid_argument for a stack below 16 KiB, not_enough_memory
-/// when no stack can be mapped.
+/// runtime, invalid_argument for a stack below 16 KiB (a stack that cannot
+/// be mapped when the fiber first runs fails the fiber instead:
+/// not_enough_memory from its join handle).
 template <class F>
 requires std::invocable<std::decay_t<F>> join_handle<detail::fiber_result_t<F>> spawn_fiber(
     F&& fn, fiber_options opts = {}) {

@@ -193,8 +193,7 @@ class runtime {
 
   /// Spawns `fn` as a fiber (a stackful task) from any thread; see
   /// spindle/fiber.hpp, which defines it (include it, or spindle.hpp).
-  /// Throws std::system_error: invalid_argument for a stack below 16 KiB,
-  /// not_enough_memory when no stack can be mapped.
+  /// Throws std::system_error(invalid_argument) for a stack below 16 KiB.
   template <class F>
   requires std::invocable<std::decay_t<F>> join_handle<std::invoke_result_t<std::decay_t<F>>>
   spawn_fiber(F&& fn, fiber_options opts);
