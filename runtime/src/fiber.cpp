@@ -371,6 +371,9 @@ fiber_context::~fiber_context() {
 fiber_await_op* fiber_context::resume() noexcept {
   if (!started_) {
     started_ = true;
+    // First poll: the current task is the root (spawn_fiber_on spawned it;
+    // none when a test drives the context by hand).
+    if (task_header* task = current_task(); task != nullptr) root_ = task->frame();
     fctx_ = fc::make_fcontext(stack_.top(), stack_.bytes(), &fiber_trampoline::start);
   }
   thread_fiber_state& tls = this_thread_fibers();
@@ -443,6 +446,13 @@ void fiber_yield() {
   fiber_context* self = this_thread_fibers().current;
   if (self == nullptr) throw_outside_fiber("spindle::this_fiber::yield outside a fiber");
   if (self->cancelling_) throw task_cancelled{};
+  // As yield_now's await_suspend, on the fiber's stack (the root task is
+  // the current one): the root then only suspends.
+  if (suspend_current(self->root_) != nullptr) {
+    yield_current();
+    self->suspend(suspended_op());
+    return;
+  }
   fiber_await_op op{nullptr, &yield_suspend, {}};
   self->suspend(op);
 }

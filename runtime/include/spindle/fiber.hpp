@@ -184,6 +184,8 @@ class fiber_context {
   void suspend(fiber_await_op& op);
 
   [[nodiscard]] bool cancelling() const noexcept { return cancelling_; }
+  /// The root coroutine's handle (set at the first resume).
+  [[nodiscard]] std::coroutine_handle<> root() const noexcept { return root_; }
 
  private:
   friend struct fiber_trampoline;  // fiber.cpp: the fiber's first frame
@@ -193,6 +195,7 @@ class fiber_context {
   fiber_stack stack_;
   void (*entry_)(void*) noexcept;
   void* arg_;
+  std::coroutine_handle<> root_{};
   void* fctx_ = nullptr;         // the fiber, while it is suspended
   void* caller_fctx_ = nullptr;  // the root side, while the fiber runs
   fiber_await_op* pending_ = nullptr;
@@ -401,7 +404,7 @@ decltype(auto) await(A&& a) {
     using suspend_result = decltype(aw.await_suspend(std::coroutine_handle<>{}));
     if constexpr (detail::wakes_through_scheduler<awaiter_t> &&
                   (std::is_void_v<suspend_result> || std::is_same_v<suspend_result, bool>)) {
-      std::coroutine_handle<> root = detail::current_task()->frame();
+      std::coroutine_handle<> root = self->root();
       bool suspended = true;
       if constexpr (std::is_void_v<suspend_result>) {
         aw.await_suspend(root);
