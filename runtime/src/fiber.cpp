@@ -436,10 +436,13 @@ static std::coroutine_handle<> already_suspended(fiber_await_op* /*op*/,
   return std::noop_coroutine();
 }
 
+namespace {
+// Shared and never written: suspend() only reads its error (always null).
+fiber_await_op suspended_op_instance{nullptr, &already_suspended, {}};
+}  // namespace
+
 fiber_await_op& suspended_op() noexcept {
-  // Shared and never written: suspend() only reads its error (always null).
-  static fiber_await_op op{nullptr, &already_suspended, {}};
-  return op;
+  return suspended_op_instance;
 }
 
 void fiber_yield() {

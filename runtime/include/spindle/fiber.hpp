@@ -26,11 +26,12 @@
 // holds no stacks, and one that finishes in its first poll gives its stack
 // back for the next. When no stack can be mapped, the fiber fails with
 // std::system_error(std::errc::not_enough_memory), rethrown by its join
-// handle. Stacks are mapped with MAP_NORESERVE so that only touched pages cost memory, with a
-// guard page below: an overflow is a SIGSEGV at the guard page, never silent
-// corruption. Stacks are reused through a per-thread pool (64 per thread and
-// size) and a shared pool (at most 256 MiB of stacks); a stack freed beyond
-// both bounds is unmapped. The context switch is Boost.Context's fcontext
+// handle. Stacks are mapped with MAP_NORESERVE, so that only touched
+// pages cost memory, with a guard page below: an overflow is a SIGSEGV at
+// the guard page, never silent corruption. Stacks are reused through a
+// per-thread pool (four sizes, 64 stacks each) and a shared pool (at most
+// 256 MiB of stacks); a stack freed beyond both bounds is unmapped. The
+// context switch is Boost.Context's fcontext, linked into libspindle
 // (make_fcontext / jump_fcontext).
 //
 // Migration and thread_local: after any this_fiber::await (or yield,
