@@ -19,6 +19,7 @@
 #include "spindle/join_handle.hpp"
 #include "spindle/latch.hpp"
 #include "spindle/mutex.hpp"
+#include "spindle/net.hpp"
 #include "spindle/notify.hpp"
 #include "spindle/oneshot.hpp"
 #include "spindle/runtime.hpp"
