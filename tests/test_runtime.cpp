@@ -364,9 +364,12 @@ TEST(RuntimeStats, LifoHitsForSpawnAwaitChains) {
 TEST(RuntimeStats, WideFanOutIsStolen) {
   spindle::runtime rt{{.workers = 2}};
   // Whether the second worker gets CPU time in one attempt depends on the
-  // machine; retry a bounded number of times.
+  // machine; retry a bounded number of times. Each leaf spins long enough
+  // (20,000 iterations) that the spawner is still working through its ring
+  // when the second worker wakes: with 2,000 the whole fan-out could finish
+  // inline first (50 attempts in 64 ms with no steal, 1 CI run in 4).
   for (int attempt = 0; attempt < 50 && rt.stats().total_stolen == 0; ++attempt) {
-    ASSERT_EQ(spindle_test::run_on_worker(rt, fan_out(2000, 2000)), 2000);
+    ASSERT_EQ(spindle_test::run_on_worker(rt, fan_out(2000, 20'000)), 2000);
   }
   spindle::runtime_stats s = rt.stats();
   EXPECT_GT(s.total_stolen, 0u);
