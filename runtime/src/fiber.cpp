@@ -421,16 +421,6 @@ void fiber_context::switch_to_root() noexcept {
 #endif
 }
 
-namespace {
-// What a yielding fiber's root awaits: yield_now's await_suspend.
-std::coroutine_handle<> yield_suspend(fiber_await_op* /*op*/,
-                                      std::coroutine_handle<> root) noexcept {
-  if (suspend_current(root) == nullptr) return root;
-  yield_current();  // re-queued at the back when this poll returns
-  return std::noop_coroutine();
-}
-}  // namespace
-
 static std::coroutine_handle<> already_suspended(fiber_await_op* /*op*/,
                                                  std::coroutine_handle<> /*root*/) noexcept {
   return std::noop_coroutine();
@@ -450,14 +440,12 @@ void fiber_yield() {
   if (self == nullptr) throw_outside_fiber("spindle::this_fiber::yield outside a fiber");
   if (self->cancelling_) throw task_cancelled{};
   // As yield_now's await_suspend, on the fiber's stack (the root task is
-  // the current one): the root then only suspends.
-  if (suspend_current(self->root_) != nullptr) {
-    yield_current();
-    self->suspend(suspended_op());
-    return;
-  }
-  fiber_await_op op{nullptr, &yield_suspend, {}};
-  self->suspend(op);
+  // the current one): the root then only suspends. With no task polling
+  // the fiber (a context driven by hand) there is nothing to yield to, as
+  // for yield_now outside a task.
+  if (suspend_current(self->root_) == nullptr) return;
+  yield_current();
+  self->suspend(suspended_op());
 }
 
 void fiber_context::suspend(fiber_await_op& op) {
