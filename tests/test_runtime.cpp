@@ -361,16 +361,39 @@ TEST(RuntimeStats, LifoHitsForSpawnAwaitChains) {
   EXPECT_GT(rt.stats().lifo_hits, 0u);
 }
 
+// Spawns `n` leaves onto its own worker and then holds that worker without
+// suspending until some leaf has finished (or 30 s pass): the leaves sit in
+// this worker's ring, so the only way one finishes is that the other worker
+// steals it. Then joins them all.
+task<long> fan_out_held_until_stolen(int n, std::atomic<int>* finished) {
+  std::vector<join_handle<long>> hs;
+  hs.reserve(static_cast<std::size_t>(n));
+  auto leaf = [](std::atomic<int>* finished) -> task<long> {
+    finished->fetch_add(1);
+    co_return 1;
+  };
+  for (int i = 0; i < n; ++i)
+    hs.push_back(spindle::spawn(leaf(finished)));
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (finished->load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  long sum = 0;
+  for (auto& h : hs)
+    sum += co_await h;
+  co_return sum;
+}
+
 TEST(RuntimeStats, WideFanOutIsStolen) {
+  // No timing assumption: the spawner never gives its worker back before a
+  // leaf has run elsewhere, so the second worker (woken by the pushes to the
+  // spawner's ring) must steal. Earlier versions raced the fan-out against
+  // the second worker's wake and lost on a loaded CI machine (50 attempts in
+  // 983 ms with no steal under a sanitizer). 200 leaves, fewer than the
+  // ring's 256 entries: a fuller ring overflows half of itself into the
+  // global queue, where the second worker takes leaves without a steal.
   spindle::runtime rt{{.workers = 2}};
-  // Whether the second worker gets CPU time in one attempt depends on the
-  // machine; retry a bounded number of times. Each leaf spins long enough
-  // (20,000 iterations) that the spawner is still working through its ring
-  // when the second worker wakes: with 2,000 the whole fan-out could finish
-  // inline first (50 attempts in 64 ms with no steal, 1 CI run in 4).
-  for (int attempt = 0; attempt < 50 && rt.stats().total_stolen == 0; ++attempt) {
-    ASSERT_EQ(spindle_test::run_on_worker(rt, fan_out(2000, 20'000)), 2000);
-  }
+  std::atomic<int> finished{0};
+  ASSERT_EQ(spindle_test::run_on_worker(rt, fan_out_held_until_stolen(200, &finished)), 200);
   spindle::runtime_stats s = rt.stats();
   EXPECT_GT(s.total_stolen, 0u);
   std::uint64_t ops = 0;
