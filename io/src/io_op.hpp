@@ -37,6 +37,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -59,7 +60,26 @@ enum class op_code : std::uint8_t {
   read,    ///< pread(fd, buffer, length, offset); result: bytes read
   write,   ///< pwrite(fd, buffer, length, offset); result: bytes written
   close,   ///< close(fd); result: 0
+  // Sockets (io/src/net.cpp). The io_uring driver runs them as SQEs when
+  // its kernel has the opcode (uring_driver::supports); otherwise net.cpp
+  // makes the non-blocking system call itself and waits with `poll`.
+  accept,   ///< accept4(fd, addr, addr_len, flags); result: new fd
+  connect,  ///< connect(fd, addr, length); result: 0
+  recv,     ///< recv(fd, buffer, length, flags); result: bytes received
+  send,     ///< send(fd, buffer, length, flags); result: bytes sent
+  recvmsg,  ///< recvmsg(fd, buffer = msghdr*, flags); result: bytes received
+  sendmsg,  ///< sendmsg(fd, buffer = msghdr*, flags); result: bytes sent
+  /// Waits until fd is ready for `flags` (POLLIN/POLLOUT bits); result: the
+  /// revents (POLLERR/POLLHUP included). io_uring: IORING_OP_POLL_ADD; the
+  /// thread pool: its epoll reactor.
+  poll,
 };
+
+/// True for the ops that yield a new descriptor the waiting task owns (a
+/// driver that completes one for a task nobody resumes closes it).
+constexpr bool yields_descriptor(op_code code) noexcept {
+  return code == op_code::openat || code == op_code::accept;
+}
 
 /// Largest byte count a single read or write asks the kernel for (Linux's
 /// MAX_RW_COUNT: INT_MAX rounded down to a page). Longer buffers get short
@@ -87,13 +107,15 @@ struct io_op {
 
   op_code code = op_code::read;
   int fd = -1;
-  int dir_fd = AT_FDCWD;                         ///< openat: the directory `path` is relative to
-  int flags = 0;                                 ///< openat flags
-  ::mode_t mode = 0;                             ///< openat mode
-  char const* path = nullptr;                    ///< openat path
-  void* buffer = nullptr;                        ///< read/write buffer, statx: struct statx*
-  std::uint32_t length = 0;                      ///< read/write bytes (<= max_rw_count)
-  std::uint64_t offset = 0;                      ///< read/write file offset
+  int dir_fd = AT_FDCWD;       ///< openat: the directory `path` is relative to
+  int flags = 0;               ///< openat flags, socket message flags, accept4 flags, poll events
+  ::mode_t mode = 0;           ///< openat mode
+  char const* path = nullptr;  ///< openat path
+  void* buffer = nullptr;      ///< read/write buffer, statx: struct statx*
+  std::uint32_t length = 0;    ///< read/write bytes (<= max_rw_count)
+  std::uint64_t offset = 0;    ///< read/write file offset
+  void* addr = nullptr;        ///< accept: sockaddr out; connect: sockaddr in
+  socklen_t* addr_len = nullptr;                 ///< accept: in/out length of *addr
   int result = 0;                                ///< >= 0 success, -errno failure
   spindle::detail::task_header* task = nullptr;  ///< woken on completion
   driver* owner = nullptr;                       ///< the driver it was submitted to
@@ -133,7 +155,7 @@ struct op_awaiter {
   ~op_awaiter() {
     // Only reached after the op completed (or was withdrawn with -ECANCELED):
     // the frame is destroyed at the completion's wake, never before it.
-    if (pending && op.code == op_code::openat && op.result >= 0) ::close(op.result);
+    if (pending && yields_descriptor(op.code) && op.result >= 0) ::close(op.result);
   }
 
   bool await_ready() const noexcept { return false; }

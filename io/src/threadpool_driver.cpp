@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "spindle/runtime.hpp"
 
@@ -27,6 +30,10 @@ threadpool_driver::threadpool_driver(spindle::detail::io_host& host, std::size_t
     thread_fds_.clear();
     if (cancel_fd_ >= 0) ::close(cancel_fd_);
     cancel_fd_ = -1;
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    epoll_fd_ = -1;
+    if (reactor_fd_ >= 0) ::close(reactor_fd_);
+    reactor_fd_ = -1;
   };
   cancel_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (cancel_fd_ < 0) {
@@ -45,10 +52,26 @@ threadpool_driver::threadpool_driver(spindle::detail::io_host& host, std::size_t
     close_fds();
     throw;
   }
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  reactor_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_fd_ < 0 || reactor_fd_ < 0) {
+    int const err = errno;
+    close_fds();
+    throw std::system_error(err, std::system_category(), "spindle: epoll for the I/O pool");
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = reactor_fd_;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, reactor_fd_, &ev) < 0) {
+    int const err = errno;
+    close_fds();
+    throw std::system_error(err, std::system_category(), "spindle: epoll for the I/O pool");
+  }
   threads_.reserve(threads);
   try {
     for (std::size_t i = 0; i < threads; ++i)
       threads_.emplace_back([this, i] { run(i); });
+    reactor_ = std::thread([this] { run_reactor(); });
   } catch (...) {
     shutdown();
     close_fds();
@@ -61,6 +84,8 @@ threadpool_driver::~threadpool_driver() {
   for (int fd : thread_fds_)
     ::close(fd);
   if (cancel_fd_ >= 0) ::close(cancel_fd_);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (reactor_fd_ >= 0) ::close(reactor_fd_);
 }
 
 io_backend threadpool_driver::backend() const noexcept {
@@ -78,6 +103,12 @@ void threadpool_driver::park(std::size_t, std::uint64_t) noexcept {}
 void threadpool_driver::unpark(std::size_t) noexcept {}
 
 bool threadpool_driver::submit(io_op& op) noexcept {
+  if (op.code == op_code::poll) return submit_poll(op);
+  if (op.code != op_code::openat && op.code != op_code::statx && op.code != op_code::read &&
+      op.code != op_code::write && op.code != op_code::close) {
+    op.result = -ENOSYS;  // socket calls are made by net.cpp, never queued here
+    return false;
+  }
   {
     std::lock_guard lock(mutex_);
     if (stopping_.load(std::memory_order_relaxed)) {
@@ -93,6 +124,7 @@ bool threadpool_driver::submit(io_op& op) noexcept {
 }
 
 bool threadpool_driver::cancel(io_op& op) noexcept {
+  if (op.code == op_code::poll) return cancel_poll(op);
   bool unlinked = false;
   {
     std::lock_guard lock(mutex_);
@@ -173,6 +205,8 @@ int threadpool_driver::execute(io_op& op, int wake_fd) noexcept {
       r = ::close(op.fd);
       if (r < 0 && errno == EINTR) r = 0;  // Linux has released the descriptor anyway
       break;
+    default:  // socket ops: submit() refuses them
+      return -ENOSYS;
   }
   return r < 0 ? -errno : static_cast<int>(r);
 }
@@ -259,6 +293,19 @@ void threadpool_driver::begin_stop() noexcept {
     }
     std::uint64_t const one = 1;
     [[maybe_unused]] ssize_t r = ::write(cancel_fd_, &one, sizeof one);  // ends stream waits
+    // Poll ops still waiting complete as cancelled, waking nobody. (An op
+    // the reactor already took completes through complete(), which sees
+    // stopping_.) submit_poll checks stopping_ under the same mutex.
+    std::lock_guard lock(reactor_mutex_);
+    for (auto& [fd, head] : waiters_) {
+      while (head != nullptr) {
+        io_op* const op = op_links::pop_front(head);
+        op->queued = false;
+        op->result = -ECANCELED;
+        op->cancel.store(cancel_state::done, std::memory_order_release);
+      }
+    }
+    waiters_.clear();
   }
   // A pool thread that saw `stopping_` false may still be inside wake().
   while (wakes_in_progress_.load(std::memory_order_seq_cst) != 0)
@@ -283,6 +330,109 @@ void threadpool_driver::shutdown() noexcept {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+  reactor_exit_.store(true, std::memory_order_release);
+  if (reactor_.joinable()) {
+    std::uint64_t const one = 1;
+    [[maybe_unused]] ssize_t r = ::write(reactor_fd_, &one, sizeof one);
+    reactor_.join();
+  }
+}
+
+// ------------------------------------------------------------ epoll reactor
+
+int threadpool_driver::rearm(int fd) noexcept {
+  // Under reactor_mutex_. The union of the waiters' events, one-shot.
+  auto it = waiters_.find(fd);
+  std::uint32_t events = 0;
+  if (it != waiters_.end()) {
+    for (io_op* op = it->second; op != nullptr; op = op->next)
+      events |= static_cast<std::uint32_t>(op->flags);
+  }
+  if (events == 0) {
+    if (it != waiters_.end()) waiters_.erase(it);
+    return 0;  // stays registered and disarmed (one-shot) until the next wait
+  }
+  epoll_event ev{};
+  ev.events = events | EPOLLONESHOT;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+  if (errno != ENOENT) return errno;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) == 0) return 0;
+  return errno;
+}
+
+bool threadpool_driver::submit_poll(io_op& op) noexcept {
+  std::lock_guard lock(reactor_mutex_);
+  if (stopping_.load(std::memory_order_seq_cst)) {
+    op.result = -ECANCELED;
+    return false;
+  }
+  op_links::push_front(waiters_[op.fd], &op);
+  op.queued = true;
+  if (int const err = rearm(op.fd); err != 0) {
+    // EBADF, EPERM (a regular file), ENOMEM, ENOSPC (max_user_watches).
+    io_op* list = waiters_[op.fd];
+    op_links::unlink(list, &op);
+    waiters_[op.fd] = list;
+    op.queued = false;
+    if (list == nullptr) waiters_.erase(op.fd);
+    op.result = -err;
+    return false;
+  }
+  return true;  // from here on `op` may complete at any time
+}
+
+bool threadpool_driver::cancel_poll(io_op& op) noexcept {
+  std::lock_guard lock(reactor_mutex_);
+  if (!op.queued) return false;  // the reactor took it: its completion wakes the task
+  auto it = waiters_.find(op.fd);
+  op_links::unlink(it->second, &op);
+  op.queued = false;
+  rearm(op.fd);  // an error leaves the others armed as before: at worst a spurious wake
+  op.result = -ECANCELED;
+  return true;
+}
+
+void threadpool_driver::run_reactor() noexcept {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  pthread_setname_np(pthread_self(), "spindle-epoll");
+  constexpr int batch = 128;
+  epoll_event events[batch];
+  std::vector<std::pair<io_op*, int>> ready;
+  for (;;) {
+    int const n = ::epoll_wait(epoll_fd_, events, batch, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // EBADF/EINVAL: the driver is gone
+    }
+    ready.clear();
+    {
+      std::lock_guard lock(reactor_mutex_);
+      for (int i = 0; i < n; ++i) {
+        int const fd = events[i].data.fd;
+        std::uint32_t const revents = events[i].events;
+        if (fd == reactor_fd_) continue;
+        auto it = waiters_.find(fd);
+        if (it == waiters_.end()) continue;  // every waiter was withdrawn
+        bool const all_waiters = (revents & (EPOLLERR | EPOLLHUP)) != 0;
+        for (io_op* op = it->second; op != nullptr;) {
+          io_op* const next = op->next;
+          if (all_waiters || (static_cast<std::uint32_t>(op->flags) & revents) != 0) {
+            op_links::unlink(it->second, op);
+            op->queued = false;
+            ready.emplace_back(op, static_cast<int>(revents));
+          }
+          op = next;
+        }
+        rearm(fd);  // may erase the entry
+      }
+    }
+    for (auto [op, revents] : ready)
+      complete(*op, revents);  // op may be freed from here on
+    if (reactor_exit_.load(std::memory_order_acquire)) return;
+  }
 }
 
 }  // namespace spindle::io::detail

@@ -12,6 +12,19 @@
 // does for them (the offset is ignored), so that shutdown or an abort can
 // interrupt a read that would never complete.
 //
+// Sockets: net.cpp makes non-blocking socket calls itself and, when one
+// answers EAGAIN, submits a `poll` op. Those never reach the pool threads:
+// one reactor thread waits for them all in epoll (Tokio's readiness model,
+// not a blocked thread per socket). Per descriptor the driver keeps the list
+// of its waiting poll ops; the descriptor is registered EPOLLONESHOT with the
+// union of their events, and re-armed (EPOLL_CTL_MOD, or ADD when the kernel
+// forgot it because the descriptor was closed) whenever that union changes
+// or an event fired. An event completes every op of that descriptor whose
+// events it covers (all of them on EPOLLERR/EPOLLHUP) with the revents; the
+// woken task retries its call. An op is withdrawn by cancel() while it
+// waits (it then never completes), or completes as usual when the reactor
+// took it first. A readiness that is no longer true only costs a retry.
+//
 // Cancellation (join_handle::abort, through io_op's cancel hook): an op still
 // in the queue is unlinked (never run; a close op's descriptor is closed) and
 // the task's frame is destroyed at once. An op a pool thread is running is
@@ -42,6 +55,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "io_op.hpp"
@@ -79,6 +93,10 @@ class threadpool_driver final : public spindle::detail::driver {
   int stream_io(io_op& op, int wake_fd) noexcept;
   void complete(io_op& op, int result) noexcept;
   void begin_stop() noexcept;
+  bool submit_poll(io_op& op) noexcept;
+  bool cancel_poll(io_op& op) noexcept;
+  int rearm(int fd) noexcept;
+  void run_reactor() noexcept;
 
   spindle::detail::io_host* host_;  ///< completions wake their tasks through it
   std::mutex mutex_;
@@ -94,6 +112,15 @@ class threadpool_driver final : public spindle::detail::driver {
   int cancel_fd_ = -1;           ///< shutdown: ends every stream wait
   std::vector<int> thread_fds_;  ///< per pool thread: ends that thread's stream wait (abort)
   std::vector<std::thread> threads_;
+
+  // The epoll reactor for `poll` ops (see the file comment).
+  int epoll_fd_ = -1;
+  int reactor_fd_ = -1;       ///< eventfd: ends the reactor thread at shutdown
+  std::mutex reactor_mutex_;  ///< guards waiters_ and the `queued` flag of poll ops
+  /// Per descriptor: its waiting poll ops (linked through next/prev).
+  std::unordered_map<int, io_op*> waiters_;
+  std::atomic<bool> reactor_exit_{false};
+  std::thread reactor_;
 };
 
 }  // namespace spindle::io::detail

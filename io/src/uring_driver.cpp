@@ -2,7 +2,9 @@
 #include "uring_driver.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "spindle/runtime.hpp"
 
@@ -169,8 +172,21 @@ std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::io_host& host,
                          IORING_OP_CLOSE, IORING_OP_ASYNC_CANCEL}) {
         ok = ok && io_uring_opcode_supported(probe, opcode) != 0;
       }
+      // Socket opcodes are optional: net.cpp falls back to non-blocking
+      // system calls and POLL_ADD (5.1) for the ones this kernel lacks.
+      constexpr std::pair<op_code, int> optional[] = {
+          {op_code::accept, IORING_OP_ACCEPT},   {op_code::connect, IORING_OP_CONNECT},
+          {op_code::recv, IORING_OP_RECV},       {op_code::send, IORING_OP_SEND},
+          {op_code::recvmsg, IORING_OP_RECVMSG}, {op_code::sendmsg, IORING_OP_SENDMSG},
+          {op_code::poll, IORING_OP_POLL_ADD},
+      };
+      for (auto [code, opcode] : optional) {
+        d->supported_[static_cast<std::size_t>(code)] =
+            io_uring_opcode_supported(probe, opcode) != 0;
+      }
+      ok = ok && d->supports(op_code::poll);
       io_uring_free_probe(probe);
-      if (!ok) throw_errno(ENOSYS, "io_uring lacks openat/statx/read/write/close/cancel");
+      if (!ok) throw_errno(ENOSYS, "io_uring lacks openat/statx/read/write/close/cancel/poll");
     }
 
     w.event_fd = ::eventfd(0, EFD_CLOEXEC);
@@ -260,6 +276,29 @@ int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
       break;
     case op_code::close:
       io_uring_prep_close(sqe, op.fd);
+      break;
+    case op_code::accept:
+      io_uring_prep_accept(sqe, op.fd, static_cast<sockaddr*>(op.addr), op.addr_len, op.flags);
+      break;
+    case op_code::connect:
+      io_uring_prep_connect(sqe, op.fd, static_cast<sockaddr const*>(op.addr), op.length);
+      break;
+    case op_code::recv:
+      io_uring_prep_recv(sqe, op.fd, op.buffer, op.length, op.flags);
+      break;
+    case op_code::send:
+      io_uring_prep_send(sqe, op.fd, op.buffer, op.length, op.flags);
+      break;
+    case op_code::recvmsg:
+      io_uring_prep_recvmsg(sqe, op.fd, static_cast<msghdr*>(op.buffer),
+                            static_cast<unsigned>(op.flags));
+      break;
+    case op_code::sendmsg:
+      io_uring_prep_sendmsg(sqe, op.fd, static_cast<msghdr const*>(op.buffer),
+                            static_cast<unsigned>(op.flags));
+      break;
+    case op_code::poll:
+      io_uring_prep_poll_add(sqe, op.fd, static_cast<unsigned>(op.flags));
       break;
   }
   io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uintptr_t>(&op));
@@ -392,7 +431,7 @@ void uring_driver::drain_cancels(worker_ring& w) noexcept {
 }
 
 void uring_driver::finish(worker_ring& w, io_op& op, int res) noexcept {
-  if (w.stopping && op.code == op_code::openat && res >= 0) {
+  if (w.stopping && yields_descriptor(op.code) && res >= 0) {
     ::close(res);  // nobody will resume this task: do not leak what the op produced
     res = -ECANCELED;
   }

@@ -55,6 +55,7 @@
 
 #include <liburing.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -88,6 +89,14 @@ class uring_driver final : public spindle::detail::driver {
   bool submit(io_op& op) noexcept override;
   bool cancel(io_op& op) noexcept override;
 
+  /// True when the kernel has the io_uring opcode of `code` (probed at
+  /// make()). File ops and poll are always there (make() fails otherwise);
+  /// socket ops may be missing on kernels older than 5.6.
+  [[nodiscard]] bool supports(op_code code) const noexcept {
+    auto const i = static_cast<std::size_t>(code);
+    return i < supported_.size() && supported_[i];
+  }
+
   /// The io_uring_setup flags the rings were created with (for tests).
   [[nodiscard]] unsigned setup_flags() const noexcept { return setup_flags_; }
 
@@ -111,6 +120,8 @@ class uring_driver final : public spindle::detail::driver {
   std::size_t worker_count_;
   std::unique_ptr<worker_ring[]> rings_;
   unsigned setup_flags_ = 0;
+  /// Per op_code: the kernel has its opcode. File ops are always supported.
+  std::array<bool, 16> supported_{true, true, true, true, true};
   std::atomic<std::size_t> next_remote_{0};
 };
 

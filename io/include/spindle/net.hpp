@@ -1,6 +1,51 @@
-// spindle/net.hpp: networking (namespace spindle::net). First slice of
-// issue 16: socket addresses (net::endpoint) and name resolution
-// (net::resolve). Sockets come later and build on endpoint's sockaddr view.
+// spindle/net.hpp: networking (namespace spindle::net): socket addresses
+// (endpoint), name resolution (resolve), TCP (tcp_listener, tcp_stream),
+// UDP (udp_socket) and Unix-domain streams (unix_listener, unix_stream).
+//
+// Sockets. Every socket is a move-only owner of one non-blocking descriptor
+// (SOCK_NONBLOCK | SOCK_CLOEXEC); the destructor closes it. Operations that
+// wait (accept, connect, read_some, read_exact, write_all, send_to,
+// receive_from) are lazy spindle tasks: `co_await` them from a task or a
+// fiber (this_fiber::await) of a spindle runtime; awaited elsewhere they
+// throw std::system_error(std::errc::operation_not_permitted). The socket
+// must outlive the awaited operation. One reader and one writer may wait on
+// one stream at once (full duplex); several tasks may accept on one listener.
+//
+// I/O paths. With the io_uring backend an operation is one SQE on the
+// calling worker's ring: IORING_OP_ACCEPT, CONNECT, RECV, SEND (with
+// MSG_NOSIGNAL), RECVMSG/SENDMSG for UDP. A write first tries a non-blocking
+// send(2) on the calling thread, which on a socket with buffer room finishes
+// without a trip through the ring. With the thread-pool backend (or a kernel
+// without an opcode) the operation is a non-blocking system call made by the
+// task itself; when it answers EAGAIN the task waits for readiness in the
+// driver (the thread pool's epoll reactor, or IORING_OP_POLL_ADD) and
+// retries: Tokio's readiness model. Both paths give the same results.
+// shutdown_write(), close() and the socket options are plain system calls:
+// they never block on a socket without SO_LINGER.
+//
+// Cancellation: aborting a task (join_handle::abort, spindle::timeout,
+// when_any's losers) suspended in any of these operations cancels its SQE
+// (IORING_OP_ASYNC_CANCEL) or withdraws its readiness wait; the frame, and
+// with it the buffer, is released only once the kernel gave the SQE back.
+// Bytes an aborted read or write may already have moved are lost with it, as
+// in Tokio: abort a stream's operation only to give the stream up. A
+// descriptor accepted by an aborted accept is closed.
+//
+// Errors: std::system_error with the errno (std::system_category, which
+// compares equal to the matching std::errc): connection_refused,
+// connection_reset, broken_pipe (a write to a stream the peer closed: never
+// SIGPIPE), timed_out, network_unreachable, address_in_use (bind),
+// permission_denied, too_many_files_open (socket, connect), bad_file_descriptor
+// (an operation on a closed socket). read_exact throws
+// std::errc::connection_reset when the stream ends before the span is full.
+// accept() never throws for EMFILE/ENFILE/ENOBUFS/ENOMEM: it backs off (1 ms,
+// doubling up to 100 ms) and retries until a descriptor is free, and it
+// retries at once after ECONNABORTED/EPROTO (a connection that died in the
+// backlog), so a server loop keeps serving without spinning.
+//
+// Socket thread-safety: a socket object is not synchronized (like
+// std::vector): concurrent calls need their own synchronization, except the
+// documented full-duplex and many-acceptor cases above, which are safe.
 //
 // Shape: `endpoint` is a value type (copyable, 28 bytes): an IPv4 or IPv6
 // address and a port, stored as a union of sockaddr_in / sockaddr_in6 so
@@ -60,7 +105,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -139,5 +186,170 @@ class endpoint {
 /// one endpoint, in getaddrinfo's order, without duplicates. Errors: see the
 /// file comment (std::system_error with a std::errc per EAI_* code).
 task<std::vector<endpoint>> resolve(std::string host, std::string service);
+
+namespace detail {
+
+/// Owns one socket descriptor (-1 when empty). Move-only; closes on
+/// destruction. The base of every socket type.
+class socket_handle {
+ public:
+  socket_handle() noexcept = default;
+  /// Takes ownership of `fd` (a socket; -1 for none).
+  explicit socket_handle(int fd) noexcept : fd_(fd) {}
+  socket_handle(socket_handle&& other) noexcept : fd_(other.release()) {}
+  socket_handle& operator=(socket_handle&& other) noexcept;
+  socket_handle(socket_handle const&) = delete;
+  socket_handle& operator=(socket_handle const&) = delete;
+  ~socket_handle() { close(); }
+
+  /// Closes the descriptor now (idempotent). Operations afterwards fail with
+  /// std::errc::bad_file_descriptor. Must not be called while an operation
+  /// of this socket is in flight.
+  void close() noexcept;
+  /// The descriptor, -1 after close() or a move.
+  [[nodiscard]] int native_handle() const noexcept { return fd_; }
+  [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
+  /// Gives the descriptor up without closing it.
+  [[nodiscard]] int release() noexcept {
+    int const fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ protected:
+  int fd_ = -1;
+};
+
+/// The byte-stream operations tcp_stream and unix_stream share.
+class stream_socket : public socket_handle {
+ public:
+  using socket_handle::socket_handle;
+
+  /// Reads at most buffer.size() bytes (io_uring: one RECV). Yields the
+  /// count, 0 at end of stream (and for an empty buffer). Throws
+  /// std::system_error (connection_reset, ...).
+  [[nodiscard]] task<std::size_t> read_some(std::span<std::byte> buffer);
+  /// Reads exactly buffer.size() bytes and yields that count. Throws
+  /// std::system_error(std::errc::connection_reset) when the stream ends
+  /// first (the bytes read so far are in the buffer), or the read's error.
+  [[nodiscard]] task<std::size_t> read_exact(std::span<std::byte> buffer);
+  /// Writes every byte of `data` (several sends when the socket buffer is
+  /// smaller) and yields data.size(). Throws std::system_error: broken_pipe
+  /// or connection_reset when the peer is gone (no SIGPIPE).
+  [[nodiscard]] task<std::size_t> write_all(std::span<std::byte const> data);
+  /// Half-close: shutdown(SHUT_WR). The peer reads end of stream; this side
+  /// can still read. Throws std::system_error (not_connected, ...).
+  void shutdown_write();
+};
+
+}  // namespace detail
+
+/// A connected TCP stream. Move-only; the destructor closes it.
+/// Design source: Tokio's net::TcpStream, asio's ip::tcp::socket.
+class tcp_stream : public detail::stream_socket {
+ public:
+  /// An empty stream (not open).
+  tcp_stream() noexcept = default;
+  /// Adopts a connected TCP socket descriptor (made non-blocking here).
+  explicit tcp_stream(int fd) noexcept;
+
+  /// Connects to `to` (io_uring: CONNECT). Throws std::system_error:
+  /// connection_refused, network_unreachable, timed_out, ...; bound it with
+  /// spindle::timeout.
+  [[nodiscard]] static task<tcp_stream> connect(endpoint to);
+
+  /// TCP_NODELAY on (no Nagle delay for small writes) or off. Throws
+  /// std::system_error.
+  void set_nodelay(bool on);
+  /// The peer's address (getpeername). Throws std::system_error(not_connected).
+  [[nodiscard]] endpoint peer_endpoint() const;
+  /// This side's address (getsockname).
+  [[nodiscard]] endpoint local_endpoint() const;
+
+ private:
+  friend class tcp_listener;
+};
+
+/// A listening TCP socket. Move-only; the destructor closes it.
+/// Design source: Tokio's net::TcpListener, asio's ip::tcp::acceptor.
+class tcp_listener : public detail::socket_handle {
+ public:
+  tcp_listener() noexcept = default;
+
+  /// socket + SO_REUSEADDR + bind + listen(backlog). Port 0 picks a free
+  /// port (read it with local_endpoint()). An IPv6 address listens on IPv6
+  /// only (IPV6_V6ONLY). Plain call, usable outside a runtime. Throws
+  /// std::system_error: address_in_use, permission_denied,
+  /// address_not_available, too_many_files_open.
+  [[nodiscard]] static tcp_listener bind(endpoint const& at, int backlog = 1024);
+
+  /// The bound address, with the port the kernel picked.
+  [[nodiscard]] endpoint local_endpoint() const;
+
+  /// Waits for the next connection and yields it (io_uring: ACCEPT).
+  /// Descriptor exhaustion backs off and retries (see the file comment).
+  [[nodiscard]] task<tcp_stream> accept();
+};
+
+/// What udp_socket::receive_from yields.
+struct receive_result {
+  std::size_t bytes = 0;   ///< bytes stored in the buffer
+  endpoint from;           ///< the sender
+  bool truncated = false;  ///< the datagram was longer than the buffer (rest dropped)
+};
+
+/// A UDP socket. Move-only; the destructor closes it.
+/// Design source: Tokio's net::UdpSocket, asio's ip::udp::socket.
+class udp_socket : public detail::socket_handle {
+ public:
+  udp_socket() noexcept = default;
+
+  /// socket + bind (port 0 picks one; an IPv6 address is IPv6 only). Plain
+  /// call. Throws std::system_error (address_in_use, ...).
+  [[nodiscard]] static udp_socket bind(endpoint const& at);
+  [[nodiscard]] endpoint local_endpoint() const;
+
+  /// Sends one datagram of `data` to `to` (io_uring: SENDMSG) and yields the
+  /// bytes sent (all of them). Throws std::system_error: message_size
+  /// (larger than 65,507 bytes over IPv4), network_unreachable, ...
+  [[nodiscard]] task<std::size_t> send_to(std::span<std::byte const> data, endpoint to);
+  /// Waits for one datagram (io_uring: RECVMSG). A datagram longer than
+  /// `buffer` fills it and the rest is dropped (`truncated`).
+  [[nodiscard]] task<receive_result> receive_from(std::span<std::byte> buffer);
+};
+
+/// A connected Unix-domain stream socket. Move-only.
+/// Design source: Tokio's net::UnixStream.
+class unix_stream : public detail::stream_socket {
+ public:
+  unix_stream() noexcept = default;
+  explicit unix_stream(int fd) noexcept;
+
+  /// Connects to the socket at filesystem path `path` (or, when it starts
+  /// with '@', the abstract name after it). Throws std::system_error:
+  /// no_such_file_or_directory, connection_refused, filename_too_long
+  /// (longer than 107 bytes), ...
+  [[nodiscard]] static task<unix_stream> connect(std::string path);
+  /// The peer's path ("" for an unnamed socket).
+  [[nodiscard]] std::string peer_path() const;
+
+ private:
+  friend class unix_listener;
+};
+
+/// A listening Unix-domain stream socket. Move-only; the destructor closes
+/// it (and does not unlink its path).
+class unix_listener : public detail::socket_handle {
+ public:
+  unix_listener() noexcept = default;
+
+  /// socket + bind(path) + listen(backlog); a leading '@' names an abstract
+  /// socket. The path must not exist (std::errc::address_in_use otherwise).
+  [[nodiscard]] static unix_listener bind(std::string const& path, int backlog = 1024);
+  /// The bound path ('@' first for an abstract name).
+  [[nodiscard]] std::string local_path() const;
+  /// Waits for the next connection (as tcp_listener::accept).
+  [[nodiscard]] task<unix_stream> accept();
+};
 
 }  // namespace spindle::net

@@ -1,0 +1,669 @@
+// spindle::net sockets: TCP, UDP and Unix streams over both I/O backends
+// (every test runs with io_uring and with the thread pool's epoll reactor).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "io_test_support.hpp"
+#include "spindle/errors.hpp"
+#include "spindle/join_handle.hpp"
+#include "spindle/net.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/task.hpp"
+#include "spindle/time.hpp"
+#include "spindle/when_all.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::io_backend;
+using spindle::join_handle;
+using spindle::runtime;
+using spindle::runtime_config;
+using spindle::task;
+using spindle::net::endpoint;
+using spindle::net::tcp_listener;
+using spindle::net::tcp_stream;
+using spindle::net::udp_socket;
+using spindle::net::unix_listener;
+using spindle::net::unix_stream;
+using spindle_test::uring_available;
+
+std::vector<std::byte> bytes_of(std::string_view s) {
+  std::vector<std::byte> out(s.size());
+  std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+std::string string_of(std::span<std::byte const> b) {
+  return std::string(reinterpret_cast<char const*>(b.data()), b.size());
+}
+
+/// Runs `t`; yields the errno of the std::system_error it throws (0 if none).
+template <class T>
+task<int> errno_of(task<T> t) {
+  int code = 0;
+  try {
+    co_await std::move(t);
+  } catch (std::system_error const& e) {
+    code = e.code().value();
+  }
+  co_return code;
+}
+
+class NetTest : public ::testing::TestWithParam<io_backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == io_backend::uring && !uring_available()) {
+      GTEST_SKIP() << "io_uring cannot be set up here";
+    }
+  }
+  runtime_config config(std::size_t workers = 2) const {
+    return runtime_config{.workers = workers, .io = GetParam()};
+  }
+};
+
+endpoint loopback_v4() {
+  return endpoint::parse("127.0.0.1:0");
+}
+
+/// Accepts one connection and echoes it until end of stream.
+task<std::size_t> echo_one(tcp_listener* l) {
+  tcp_stream s = co_await l->accept();
+  std::vector<std::byte> buf(4096);
+  std::size_t total = 0;
+  for (;;) {
+    std::size_t const n = co_await s.read_some(buf);
+    if (n == 0) break;
+    co_await s.write_all(std::span<std::byte const>(buf).first(n));
+    total += n;
+  }
+  co_return total;
+}
+
+// --- TCP ---------------------------------------------------------------------
+
+task<void> tcp_echo_round_trip(endpoint at) {
+  tcp_listener l = tcp_listener::bind(at);
+  endpoint const where = l.local_endpoint();
+  EXPECT_NE(where.port(), 0);
+  join_handle<std::size_t> server = spindle::spawn(echo_one(&l));
+
+  tcp_stream c = co_await tcp_stream::connect(where);
+  EXPECT_TRUE(c.is_open());
+  EXPECT_EQ(c.peer_endpoint(), where);
+  EXPECT_EQ(c.local_endpoint().address(), where.address());
+  c.set_nodelay(true);
+
+  auto const hello = bytes_of("hello, spindle");
+  EXPECT_EQ(co_await c.write_all(hello), hello.size());
+  std::vector<std::byte> back(hello.size());
+  EXPECT_EQ(co_await c.read_exact(back), hello.size());
+  EXPECT_EQ(string_of(back), "hello, spindle");
+
+  c.shutdown_write();
+  std::byte one[1];
+  EXPECT_EQ(co_await c.read_some(one), 0u) << "end of stream after the server's echo loop ended";
+  EXPECT_EQ(co_await server, hello.size());
+}
+
+TEST_P(NetTest, TcpEchoRoundTrip) {
+  runtime rt{config()};
+  rt.block_on(tcp_echo_round_trip(loopback_v4()));
+}
+
+TEST_P(NetTest, TcpEchoOverIpv6) {
+  int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) GTEST_SKIP() << "no IPv6 here";
+  ::close(probe);
+  runtime rt{config()};
+  try {
+    (void)tcp_listener::bind(endpoint::parse("[::1]:0"));
+  } catch (std::system_error const& e) {
+    GTEST_SKIP() << "cannot bind ::1: " << e.what();
+  }
+  rt.block_on(tcp_echo_round_trip(endpoint::parse("[::1]:0")));
+}
+
+task<void> half_close_both_ways(tcp_listener* l) {
+  auto server = [](tcp_listener* l) -> task<std::string> {
+    tcp_stream s = co_await l->accept();
+    std::string got;
+    std::vector<std::byte> buf(7);
+    for (;;) {
+      std::size_t const n = co_await s.read_some(buf);
+      if (n == 0) break;
+      got += string_of(std::span<std::byte const>(buf).first(n));
+    }
+    // The client closed its sending side; this side still writes.
+    co_await s.write_all(bytes_of("reply after half-close"));
+    co_return got;
+  };
+  join_handle<std::string> h = spindle::spawn(server(l));
+  tcp_stream c = co_await tcp_stream::connect(l->local_endpoint());
+  co_await c.write_all(bytes_of("request that the server reads to its end"));
+  c.shutdown_write();
+  std::vector<std::byte> reply(64);
+  std::size_t got = 0;
+  for (;;) {
+    std::size_t const n = co_await c.read_some(std::span<std::byte>(reply).subspan(got));
+    if (n == 0) break;
+    got += n;
+  }
+  EXPECT_EQ(string_of(std::span<std::byte const>(reply).first(got)), "reply after half-close");
+  EXPECT_EQ(co_await h, "request that the server reads to its end");
+}
+
+TEST_P(NetTest, HalfClose) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rt.block_on(half_close_both_ways(&l));
+}
+
+task<void> large_writes(tcp_listener* l, std::size_t size) {
+  // 16 MiB each way, far beyond the socket buffers: write_all must wait for
+  // room several times while the peer reads in small pieces.
+  std::vector<std::byte> data(size);
+  for (std::size_t i = 0; i < size; ++i)
+    data[i] = static_cast<std::byte>((i * 7919) >> 8);
+  auto reader = [](tcp_listener* l, std::size_t size) -> task<std::vector<std::byte>> {
+    tcp_stream s = co_await l->accept();
+    std::vector<std::byte> got(size);
+    std::size_t done = 0;
+    while (done < size) {
+      std::size_t const want = std::min<std::size_t>(1000, size - done);
+      std::size_t const n = co_await s.read_some(std::span<std::byte>(got).subspan(done, want));
+      if (n == 0) break;
+      done += n;
+    }
+    got.resize(done);
+    co_return got;
+  };
+  join_handle<std::vector<std::byte>> h = spindle::spawn(reader(l, size));
+  tcp_stream c = co_await tcp_stream::connect(l->local_endpoint());
+  EXPECT_EQ(co_await c.write_all(data), size);
+  std::vector<std::byte> const got = co_await h;
+  EXPECT_EQ(got.size(), size);
+  EXPECT_TRUE(got == data) << "bytes differ";
+}
+
+TEST_P(NetTest, WritesLargerThanTheSocketBuffer) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rt.block_on(large_writes(&l, 16u << 20));
+}
+
+task<void> read_exact_short(tcp_listener* l) {
+  auto server = [](tcp_listener* l) -> task<void> {
+    tcp_stream s = co_await l->accept();
+    co_await s.write_all(bytes_of("abc"));
+  };  // closes: the client sees 3 bytes, then end of stream
+  join_handle<void> h = spindle::spawn(server(l));
+  tcp_stream c = co_await tcp_stream::connect(l->local_endpoint());
+  std::vector<std::byte> buf(10);
+  int const err = co_await errno_of(c.read_exact(buf));
+  EXPECT_EQ(err, static_cast<int>(std::errc::connection_reset));
+  EXPECT_EQ(string_of(std::span<std::byte const>(buf).first(3)), "abc");
+  co_await h;
+}
+
+TEST_P(NetTest, ReadExactThrowsAtEarlyEndOfStream) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rt.block_on(read_exact_short(&l));
+}
+
+TEST_P(NetTest, ConnectionRefused) {
+  runtime rt{config()};
+  endpoint closed;
+  {
+    tcp_listener l = tcp_listener::bind(loopback_v4());
+    closed = l.local_endpoint();
+  }  // nobody listens there now
+  int const err = rt.block_on(errno_of(tcp_stream::connect(closed)));
+  EXPECT_EQ(err, ECONNREFUSED);
+}
+
+task<void> reset_and_broken_pipe(tcp_listener* l) {
+  auto server = [](tcp_listener* l) -> task<void> {
+    tcp_stream s = co_await l->accept();
+    std::byte go[1];
+    co_await s.read_exact(go);  // the client is connected for sure
+    // SO_LINGER 0: close sends RST instead of FIN.
+    linger lg{1, 0};
+    EXPECT_EQ(::setsockopt(s.native_handle(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    s.close();
+    co_return;
+  };
+  join_handle<void> h = spindle::spawn(server(l));
+  tcp_stream c = co_await tcp_stream::connect(l->local_endpoint());
+  co_await c.write_all(bytes_of("!"));
+  co_await h;
+  // Wait until the reset arrived.
+  pollfd p{c.native_handle(), POLLIN, 0};
+  for (int i = 0; i < 500 && ::poll(&p, 1, 0) == 0; ++i)
+    co_await spindle::sleep_for(2ms);
+  std::byte buf[16];
+  EXPECT_EQ(co_await errno_of(c.read_some(buf)), ECONNRESET);
+  // Writing to a dead connection: EPIPE (never SIGPIPE, or this process
+  // would be gone).
+  std::vector<std::byte> data(1 << 16);
+  int err = 0;
+  for (int i = 0; i < 10 && err == 0; ++i)
+    err = co_await errno_of(c.write_all(data));
+  EXPECT_TRUE(err == EPIPE || err == ECONNRESET) << err;
+}
+
+TEST_P(NetTest, ResetAndBrokenPipeAreErrorsOfThatStreamOnly) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rt.block_on(reset_and_broken_pipe(&l));
+  // The runtime goes on serving.
+  rt.block_on(tcp_echo_round_trip(loopback_v4()));
+}
+
+TEST_P(NetTest, BindErrors) {
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  // SO_REUSEADDR does not allow two listeners on one port.
+  try {
+    (void)tcp_listener::bind(l.local_endpoint());
+    ADD_FAILURE() << "second bind succeeded";
+  } catch (std::system_error const& e) {
+    EXPECT_EQ(e.code(), std::errc::address_in_use) << e.what();
+  }
+  try {
+    (void)tcp_listener::bind(endpoint::parse("192.0.2.1:0"));  // TEST-NET-1: not ours
+    ADD_FAILURE() << "bind to a foreign address succeeded";
+  } catch (std::system_error const& e) {
+    EXPECT_EQ(e.code(), std::errc::address_not_available) << e.what();
+  }
+}
+
+TEST_P(NetTest, OperationsOnClosedSocketsThrowEBADF) {
+  runtime rt{config()};
+  tcp_stream s;
+  std::byte buf[4];
+  EXPECT_EQ(rt.block_on(errno_of(s.read_some(buf))), EBADF);
+  EXPECT_EQ(rt.block_on(errno_of(s.write_all(buf))), EBADF);
+  tcp_listener l;
+  EXPECT_EQ(rt.block_on(errno_of(l.accept())), EBADF);
+  EXPECT_THROW(s.shutdown_write(), std::system_error);
+  EXPECT_THROW((void)l.local_endpoint(), std::system_error);
+}
+
+// --- cancellation -------------------------------------------------------------
+
+task<void> abort_pending_accept(tcp_listener* l) {
+  auto waiter = [](tcp_listener* l) -> task<void> { (void)co_await l->accept(); };
+  join_handle<void> h = spindle::spawn(waiter(l));
+  co_await spindle::sleep_for(20ms);  // in its accept by now (or soon: either way aborted)
+  EXPECT_FALSE(h.is_finished());
+  h.abort();
+  bool cancelled = false;
+  try {
+    co_await h;
+  } catch (spindle::task_cancelled const&) {
+    cancelled = true;
+  }
+  EXPECT_TRUE(cancelled);
+  // The listener still works, and the aborted accept took no connection.
+  join_handle<std::size_t> server = spindle::spawn(echo_one(l));
+  tcp_stream c = co_await tcp_stream::connect(l->local_endpoint());
+  co_await c.write_all(bytes_of("x"));
+  c.shutdown_write();
+  std::byte b[2];
+  EXPECT_EQ(co_await c.read_some(b), 1u);
+  EXPECT_EQ(co_await server, 1u);
+}
+
+TEST_P(NetTest, AbortPendingAccept) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rt.block_on(abort_pending_accept(&l));
+}
+
+task<void> abort_pending_read(tcp_listener* l) {
+  join_handle<tcp_stream> accepted = spindle::spawn(l->accept());
+  tcp_stream c = co_await tcp_stream::connect(l->local_endpoint());
+  tcp_stream s = co_await accepted;
+  // A read nobody answers, ended by a timeout (which aborts it).
+  std::vector<std::byte> buf(16);
+  bool timed_out = false;
+  try {
+    (void)co_await spindle::timeout(30ms, s.read_some(buf));
+  } catch (spindle::timed_out const&) {
+    timed_out = true;
+  }
+  EXPECT_TRUE(timed_out);
+  // And through abort(): the stream stays usable for a new read.
+  auto reader = [](tcp_stream* s) -> task<std::size_t> {
+    std::byte b[8];
+    co_return co_await s->read_some(b);
+  };
+  join_handle<std::size_t> r = spindle::spawn(reader(&s));
+  co_await spindle::sleep_for(10ms);
+  r.abort();
+  EXPECT_THROW(co_await r, spindle::task_cancelled);
+  co_await c.write_all(bytes_of("late"));
+  EXPECT_EQ(co_await s.read_exact(std::span<std::byte>(buf).first(4)), 4u);
+  EXPECT_EQ(string_of(std::span<std::byte const>(buf).first(4)), "late");
+}
+
+TEST_P(NetTest, AbortPendingRead) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rt.block_on(abort_pending_read(&l));
+}
+
+TEST_P(NetTest, ConnectUnderTimeoutToABlackHoleTimesOut) {
+  // A listener whose backlog is full does not answer SYNs: connect hangs
+  // until the timeout aborts it.
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4(), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 8; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    (void)::connect(fd, l.local_endpoint().data(), l.local_endpoint().size());
+    fillers.push_back(fd);
+  }
+  auto attempt = [](endpoint at) -> task<int> {
+    try {
+      (void)co_await spindle::timeout(100ms, tcp_stream::connect(at));
+      co_return 0;
+    } catch (spindle::timed_out const&) {
+      co_return 1;
+    }
+  };
+  // Linux drops SYNs to a listener with a full accept queue: the connect
+  // waits in the kernel until the timeout cancels it.
+  EXPECT_EQ(rt.block_on(attempt(l.local_endpoint())), 1);
+  for (int fd : fillers)
+    ::close(fd);
+}
+
+task<void> wait_in_read_forever(tcp_listener* l) {
+  tcp_stream s = co_await l->accept();
+  std::vector<std::byte> buf(64);
+  (void)co_await s.read_some(buf);
+}
+
+TEST_P(NetTest, RuntimeShutdownWithConnectionsOpen) {
+  // Server tasks suspended in accept and read when the runtime goes away:
+  // their SQEs or readiness waits are cancelled, frames and descriptors freed
+  // (ASan/LSan check the frames; this checks the descriptors).
+  auto count_fds = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] auto const& e : std::filesystem::directory_iterator("/proc/self/fd"))
+      ++n;
+    return n;
+  };
+  std::size_t const before = count_fds();
+  {
+    // Declared before the runtime: it goes first, with the tasks that use them.
+    tcp_listener l = tcp_listener::bind(loopback_v4());
+    std::vector<tcp_stream> clients;
+    runtime rt{config()};
+    for (int i = 0; i < 8; ++i)
+      (void)rt.spawn(wait_in_read_forever(&l));  // detached
+    auto connect_all = [](endpoint at) -> task<std::vector<tcp_stream>> {
+      std::vector<tcp_stream> cs;
+      for (int i = 0; i < 4; ++i)
+        cs.push_back(co_await tcp_stream::connect(at));
+      co_return cs;
+    };
+    clients = rt.block_on(connect_all(l.local_endpoint()));
+    std::this_thread::sleep_for(20ms);  // 4 tasks reading, 4 in accept
+  }
+  EXPECT_EQ(count_fds(), before) << "descriptors leaked";
+}
+
+// --- descriptor limits ------------------------------------------------------------
+
+task<void> accept_survives_emfile(tcp_listener* l, std::vector<int>* fillers) {
+  join_handle<tcp_stream> accepted = spindle::spawn(l->accept());
+  // The client socket exists before the table fills up; connect needs no
+  // new descriptor on this side.
+  int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(client, 0);
+  for (;;) {
+    int fd = ::dup(0);
+    if (fd < 0) break;
+    fillers->push_back(fd);
+  }
+  EXPECT_EQ(::connect(client, l->local_endpoint().data(), l->local_endpoint().size()), 0);
+  co_await spindle::sleep_for(50ms);  // accept answers EMFILE and backs off meanwhile
+  EXPECT_FALSE(accepted.is_finished());
+  ::close(fillers->back());
+  fillers->pop_back();
+  tcp_stream s = co_await accepted;
+  EXPECT_TRUE(s.is_open());
+  ::close(client);
+}
+
+TEST_P(NetTest, AcceptBacksOffOnEmfileAndKeepsServing) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  rt.block_on(accept_survives_emfile(&l, &fillers));
+  for (int fd : fillers)
+    ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
+task<std::size_t> echo_many(tcp_listener* l, std::size_t n) {
+  std::vector<join_handle<std::size_t>> hs;
+  hs.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    hs.push_back(spindle::spawn(echo_one(l)));
+  std::size_t total = 0;
+  for (auto& h : hs)
+    total += co_await h;
+  co_return total;
+}
+
+task<std::size_t> clients_all_open(endpoint at, std::size_t n) {
+  // Opens all n connections first (all held open at once), then each sends
+  // its index and reads the echo.
+  std::vector<tcp_stream> cs;
+  cs.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    cs.push_back(co_await tcp_stream::connect(at));
+  auto talk = [](tcp_stream* s, std::uint32_t i) -> task<std::size_t> {
+    std::byte out[4];
+    std::memcpy(out, &i, 4);
+    co_await s->write_all(out);
+    s->shutdown_write();
+    std::byte in[4];
+    co_await s->read_exact(in);
+    EXPECT_EQ(std::memcmp(in, out, 4), 0);
+    co_return 4;
+  };
+  std::vector<join_handle<std::size_t>> hs;
+  hs.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    hs.push_back(spindle::spawn(talk(&cs[i], static_cast<std::uint32_t>(i))));
+  std::size_t total = 0;
+  for (auto& h : hs)
+    total += co_await h;
+  co_return total;
+}
+
+TEST_P(NetTest, TenThousandConcurrentConnections) {
+  // 10,000 connections held open at once. Server and clients live in two
+  // processes (each needs 10,000 descriptors; machines here often cap the
+  // hard limit at 20,000 per process, which root may or may not lift).
+  constexpr std::size_t n = 10'000;
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit want = old;
+  want.rlim_cur = std::max<rlim_t>(old.rlim_cur, n + 512);
+  if (want.rlim_cur > old.rlim_max) want.rlim_max = want.rlim_cur;  // root may raise it
+  if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
+    GTEST_SKIP() << "cannot raise RLIMIT_NOFILE to " << want.rlim_cur;
+  }
+  tcp_listener l = tcp_listener::bind(loopback_v4(), 4096);
+  endpoint const at = l.local_endpoint();
+  pid_t const child = ::fork();  // before any runtime: no threads to lose
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    l.close();
+    int code = 1;
+    try {
+      runtime rt{config()};
+      code = rt.block_on(clients_all_open(at, n)) == 4 * n ? 0 : 2;
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "client process: %s\n", e.what());
+      code = 3;
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  {
+    runtime rt{config()};
+    EXPECT_EQ(rt.block_on(echo_many(&l, n)), 4 * n);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "client process status " << status;
+  ::setrlimit(RLIMIT_NOFILE, &old);
+}
+
+// --- UDP ------------------------------------------------------------------------
+
+task<void> udp_round_trip(endpoint at) {
+  udp_socket a = udp_socket::bind(at);
+  udp_socket b = udp_socket::bind(at);
+  auto const msg = bytes_of("datagram");
+  EXPECT_EQ(co_await a.send_to(msg, b.local_endpoint()), msg.size());
+  std::vector<std::byte> buf(64);
+  auto r = co_await b.receive_from(buf);
+  EXPECT_EQ(r.bytes, msg.size());
+  EXPECT_FALSE(r.truncated);
+  EXPECT_EQ(r.from, a.local_endpoint());
+  EXPECT_EQ(string_of(std::span<std::byte const>(buf).first(r.bytes)), "datagram");
+
+  // Truncation: a datagram longer than the buffer fills it; the rest is lost.
+  auto const big = bytes_of("0123456789abcdef");
+  co_await b.send_to(big, a.local_endpoint());
+  std::vector<std::byte> small(10);
+  auto t = co_await a.receive_from(small);
+  EXPECT_EQ(t.bytes, 10u);
+  EXPECT_TRUE(t.truncated);
+  EXPECT_EQ(string_of(small), "0123456789");
+  EXPECT_EQ(t.from, b.local_endpoint());
+
+  // A receive that waits (nothing sent yet), then gets one.
+  auto recv_later = [](udp_socket* s) -> task<std::size_t> {
+    std::vector<std::byte> buf(8);
+    co_return (co_await s->receive_from(buf)).bytes;
+  };
+  join_handle<std::size_t> h = spindle::spawn(recv_later(&a));
+  co_await spindle::sleep_for(10ms);
+  co_await b.send_to(bytes_of("late"), a.local_endpoint());
+  EXPECT_EQ(co_await h, 4u);
+}
+
+TEST_P(NetTest, UdpSendReceiveAndTruncation) {
+  runtime rt{config()};
+  rt.block_on(udp_round_trip(loopback_v4()));
+}
+
+TEST_P(NetTest, UdpOverIpv6) {
+  runtime rt{config()};
+  try {
+    (void)udp_socket::bind(endpoint::parse("[::1]:0"));
+  } catch (std::system_error const& e) {
+    GTEST_SKIP() << "cannot bind ::1: " << e.what();
+  }
+  rt.block_on(udp_round_trip(endpoint::parse("[::1]:0")));
+}
+
+TEST_P(NetTest, UdpAbortPendingReceive) {
+  runtime rt{config()};
+  udp_socket s = udp_socket::bind(loopback_v4());
+  auto wait = [](udp_socket* s) -> task<int> {
+    std::byte b[4];
+    try {
+      (void)co_await spindle::timeout(20ms, s->receive_from(b));
+    } catch (spindle::timed_out const&) {
+      co_return 1;
+    }
+    co_return 0;
+  };
+  EXPECT_EQ(rt.block_on(wait(&s)), 1);
+}
+
+// --- Unix -----------------------------------------------------------------------
+
+task<void> unix_echo(std::string path) {
+  unix_listener l = unix_listener::bind(path);
+  EXPECT_EQ(l.local_path(), path);
+  auto server = [](unix_listener* l) -> task<std::size_t> {
+    unix_stream s = co_await l->accept();
+    std::vector<std::byte> buf(64);
+    std::size_t const n = co_await s.read_some(buf);
+    co_await s.write_all(std::span<std::byte const>(buf).first(n));
+    co_return n;
+  };
+  join_handle<std::size_t> h = spindle::spawn(server(&l));
+  unix_stream c = co_await unix_stream::connect(path);
+  EXPECT_EQ(c.peer_path(), path);
+  co_await c.write_all(bytes_of("over unix"));
+  std::vector<std::byte> back(9);
+  co_await c.read_exact(back);
+  EXPECT_EQ(string_of(back), "over unix");
+  EXPECT_EQ(co_await h, 9u);
+}
+
+TEST_P(NetTest, UnixStreamEcho) {
+  runtime rt{config()};
+  char tmpl[] = "/tmp/spindle-test-net-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string const path = std::string(tmpl) + "/sock";
+  rt.block_on(unix_echo(path));
+  // An existing path is refused.
+  EXPECT_THROW((void)unix_listener::bind(path), std::system_error);
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST_P(NetTest, UnixAbstractNameAndErrors) {
+  runtime rt{config()};
+  std::string const name = "@spindle-test-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(static_cast<int>(GetParam()));
+  rt.block_on(unix_echo(name));
+  EXPECT_EQ(rt.block_on(errno_of(unix_stream::connect("/nonexistent/spindle.sock"))), ENOENT);
+  EXPECT_EQ(rt.block_on(errno_of(unix_stream::connect(std::string(200, 'x')))), ENAMETOOLONG);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NetTest,
+                         ::testing::Values(io_backend::uring, io_backend::threadpool),
+                         [](auto const& info) {
+                           return info.param == io_backend::uring ? std::string("uring")
+                                                                  : std::string("threadpool");
+                         });
+
+}  // namespace
