@@ -171,9 +171,13 @@ task<std::size_t> send_some(int fd, void const* data, std::size_t len, msghdr* m
     if (r >= 0) co_return static_cast<std::size_t>(r);
     if (r != -EAGAIN) throw_errno(-r, msg != nullptr ? "send_to" : "write");
     if (ring) {
-      r = msg != nullptr ? co_await ring_op(op_code::sendmsg, fd, MSG_NOSIGNAL, msg)
-                         : co_await ring_op(op_code::send, fd, MSG_NOSIGNAL,
-                                            const_cast<void*>(data), clamp_length(len));
+      // (Not a conditional expression around two co_awaits: docs/compilers.md.)
+      if (msg != nullptr) {
+        r = co_await ring_op(op_code::sendmsg, fd, MSG_NOSIGNAL, msg);
+      } else {
+        r = co_await ring_op(op_code::send, fd, MSG_NOSIGNAL, const_cast<void*>(data),
+                             clamp_length(len));
+      }
       if (r == -EINTR) r = -EAGAIN;
       if (r != -EAGAIN) continue;
     }
@@ -298,7 +302,15 @@ task<std::size_t> stream_socket::write_all(std::span<std::byte const> data) {
   int const fd = require_open(fd_, "write");
   std::size_t done = 0;
   while (done < data.size()) {
-    done += co_await send_some(fd, data.data() + done, data.size() - done, nullptr);
+    // The common case, room in the socket buffer, costs no nested task.
+    int const r = send_now(fd, data.data() + done, data.size() - done, nullptr);
+    if (r >= 0) {
+      done += static_cast<std::size_t>(r);
+    } else if (r == -EAGAIN) {
+      done += co_await send_some(fd, data.data() + done, data.size() - done, nullptr);
+    } else {
+      throw_errno(-r, "write");
+    }
   }
   co_return data.size();
 }
