@@ -13,13 +13,18 @@
 //   yield         100 tasks x N/100 yield_now each
 //   chain         a chain of N spawns (each task spawns the next and ends)
 //   remote_spawn  N spawns from the main thread, then join them all
+//   tcp_ping_pong N round trips of 64 bytes between a client and an echo
+//                 task over loopback TCP (user-space instructions only:
+//                 callgrind does not see the kernel's share)
 // Prints the workload's checksum.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "spindle/event.hpp"
+#include "spindle/net.hpp"
 #include "spindle/runtime.hpp"
 
 namespace {
@@ -81,11 +86,38 @@ task<long> join_all(std::vector<join_handle<void>>* handles) {
   co_return static_cast<long>(handles->size());
 }
 
+task<void> echo(spindle::net::tcp_stream s) {
+  std::vector<std::byte> buf(4096);
+  while (std::size_t n = co_await s.read_some(buf))
+    co_await s.write_all(std::span<std::byte const>(buf).first(n));
+}
+
+task<long> tcp_ping_pong(int n) {
+  using spindle::net::tcp_listener;
+  using spindle::net::tcp_stream;
+  tcp_listener l = tcp_listener::bind(spindle::net::endpoint::parse("127.0.0.1:0"));
+  join_handle<tcp_stream> accepted = spindle::spawn(l.accept());
+  tcp_stream c = co_await tcp_stream::connect(l.local_endpoint());
+  c.set_nodelay(true);
+  join_handle<void> server = spindle::spawn(echo(co_await accepted));
+  std::vector<std::byte> out(64, std::byte{'x'});
+  std::vector<std::byte> in(64);
+  long total = 0;
+  for (int i = 0; i < n; ++i) {
+    co_await c.write_all(out);
+    total += static_cast<long>(co_await c.read_exact(in));
+  }
+  c.shutdown_write();
+  co_await server;
+  co_return total;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::atoi(argv[2]) <= 0) {
-    std::fprintf(stderr, "usage: bench_icount spawn_await|yield|chain|remote_spawn N\n");
+    std::fprintf(stderr,
+                 "usage: bench_icount spawn_await|yield|chain|remote_spawn|tcp_ping_pong N\n");
     return 2;
   }
   int n = std::atoi(argv[2]);
@@ -103,6 +135,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i)
       handles.push_back(rt.spawn(nothing()));
     result = rt.block_on(join_all(&handles));
+  } else if (std::strcmp(argv[1], "tcp_ping_pong") == 0) {
+    result = rt.block_on(tcp_ping_pong(n));
   } else {
     std::fprintf(stderr, "bench_icount: unknown workload %s\n", argv[1]);
     return 2;
