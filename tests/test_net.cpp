@@ -20,10 +20,12 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "io_test_support.hpp"
 #include "spindle/errors.hpp"
+#include "spindle/fiber.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/net.hpp"
 #include "spindle/runtime.hpp"
@@ -550,6 +552,49 @@ TEST_P(NetTest, TenThousandConcurrentConnections) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "client process status " << status;
   ::setrlimit(RLIMIT_NOFILE, &old);
+}
+
+// --- fibers ----------------------------------------------------------------------
+
+TEST_P(NetTest, FibersAwaitSocketOperations) {
+  // A fiber server and a fiber client: every socket operation through
+  // this_fiber::await, suspending the fiber, not the worker.
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  auto server = rt.spawn_fiber([&l] {
+    tcp_stream s = spindle::this_fiber::await(l.accept());
+    std::vector<std::byte> buf(64);
+    std::size_t total = 0;
+    while (std::size_t n = spindle::this_fiber::await(s.read_some(buf))) {
+      spindle::this_fiber::await(s.write_all(std::span<std::byte const>(buf).first(n)));
+      total += n;
+    }
+    return total;
+  });
+  auto client = rt.spawn_fiber([at = l.local_endpoint()] {
+    tcp_stream c = spindle::this_fiber::await(tcp_stream::connect(at));
+    std::string got;
+    for (int i = 0; i < 100; ++i) {
+      std::string const msg = "message " + std::to_string(i);
+      spindle::this_fiber::await(c.write_all(bytes_of(msg)));
+      std::vector<std::byte> back(msg.size());
+      spindle::this_fiber::await(c.read_exact(back));
+      got += string_of(back) == msg ? "" : "mismatch at " + std::to_string(i) + "; ";
+    }
+    c.shutdown_write();
+    return got;
+  });
+  auto join_both = [](join_handle<std::size_t> s,
+                      join_handle<std::string> c) -> task<std::pair<std::size_t, std::string>> {
+    std::string const errors = co_await c;
+    co_return std::pair{co_await s, errors};
+  };
+  auto [bytes, errors] = rt.block_on(join_both(std::move(server), std::move(client)));
+  EXPECT_EQ(errors, "");
+  std::size_t expected = 0;
+  for (int i = 0; i < 100; ++i)
+    expected += ("message " + std::to_string(i)).size();
+  EXPECT_EQ(bytes, expected);
 }
 
 // --- UDP ------------------------------------------------------------------------
