@@ -350,11 +350,16 @@ def build_tokio_net(status):
     return release / "spindle-peer-hyper", release / "spindle-peer-tokio-echo"
 
 
-def build_spindle_program(name, target, status):
+def build_spindle_program(name, targets, status):
     """A spindle program of the net section (spindle-http, spindle-resp, the
-    echo server): built when this tree has its Meson target, else None."""
-    if target not in ninja_targets():
-        status[name] = f"not built: no {target} in this tree"
+    echo server): built when this tree has one of its Meson targets (the
+    first of `targets` found: examples/http/spindle-http or
+    examples/spindle-http, depending on which meson.build defines it), else
+    None."""
+    known = set(ninja_targets().split())
+    target = next((t for t in targets if t + ":" in known), None)
+    if target is None:
+        status[name] = f"not built: no {targets[0]} in this tree"
         return None
     try:
         run(["ninja", "-C", str(BUILD), target])
@@ -1013,9 +1018,11 @@ def net(cfg, res, status, out_dir):
     out_dir = out_dir / "net"
     out_dir.mkdir(parents=True, exist_ok=True)
     w = str(cfg.workers)
-    http_exe = build_spindle_program("spindle-http", "examples/http/spindle-http", status)
-    resp_exe = build_spindle_program("spindle-resp", "examples/resp/spindle-resp", status)
-    echo_exe = build_spindle_program("spindle-echo", "bench/net_echo_server", status)
+    http_exe = build_spindle_program(
+        "spindle-http", ["examples/http/spindle-http", "examples/spindle-http"], status)
+    resp_exe = build_spindle_program(
+        "spindle-resp", ["examples/resp/spindle-resp", "examples/spindle-resp"], status)
+    echo_exe = build_spindle_program("spindle-echo", ["bench/net_echo_server"], status)
     asio = build_cxx_peer("boost-asio-net", "bench/peers/asio_net_peer", status)
     client = build_cxx_peer("net_echo_client", "bench/peers/net_echo_client", status)
     hyper, tokio_echo = build_tokio_net(status)
