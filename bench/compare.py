@@ -55,7 +55,8 @@ every workload on every system with the same worker count (default 2):
            thread) on spindle (bench/net_echo_server.cpp), tokio and
            boost-asio. One run per server. spindle-http and spindle-resp are
            built when the tree has them; otherwise their rows read "n/a: not
-           built". Not in the default sections: run it with --only net.
+           built". About 1.5 minutes once built (the first hyper build takes
+           about one more).
 
 Who does the work, per runtime workload: every system runs N worker threads
 and the measuring thread only waits (spindle and Tokio: the workload's root
@@ -903,19 +904,20 @@ def parse_wrk(out):
 
 
 def net_http(cfg, res, servers, out_dir):
-    """HTTP/1.1 keep-alive GET /: wrk -t1 -c64 against each server."""
+    """HTTP/1.1 keep-alive GET /: wrk -t1 -c64 against each server. servers:
+    system -> launcher (port -> command line) or the reason it cannot run."""
     if not shutil.which("wrk"):
         for system in servers:
             res.miss("http_get", system, "wrk not installed (apt-get install wrk)")
         return
-    for system, make_cmd in servers.items():
-        if isinstance(make_cmd, str):  # the reason it cannot run
-            res.miss("http_get", system, make_cmd)
+    for system, launch in servers.items():
+        if isinstance(launch, str):
+            res.miss("http_get", system, launch)
             continue
         port = free_port()
         log(f"net: http_get on {system} (wrk -t1 -c64 -d{cfg.net_seconds}s)")
         try:
-            with serving(make_cmd(port), port, out_dir / f"http-{system}.log") as proc:
+            with serving(launch(port), port, out_dir / f"http-{system}.log") as proc:
                 code, out, err = run(["wrk", "-t1", "-c64", f"-d{cfg.net_seconds}s",
                                       f"http://127.0.0.1:{port}/"],
                                      timeout=cfg.net_seconds + 60, check=False)
@@ -943,14 +945,14 @@ def net_resp(cfg, res, servers, out_dir):
             for w in workloads:
                 res.miss(w, system, "redis-benchmark not installed (apt-get install redis-tools)")
         return
-    for system, make_cmd in servers.items():
-        if isinstance(make_cmd, str):
+    for system, launch in servers.items():
+        if isinstance(launch, str):
             for w in workloads:
-                res.miss(w, system, make_cmd)
+                res.miss(w, system, launch)
             continue
         port = free_port()
         try:
-            with serving(make_cmd(port), port, out_dir / f"resp-{system}.log") as proc:
+            with serving(launch(port), port, out_dir / f"resp-{system}.log") as proc:
                 for pipeline in (1, 16):
                     log(f"net: redis-benchmark -P {pipeline} on {system} (-n {cfg.resp_requests})")
                     code, out, err = run(
@@ -984,8 +986,8 @@ def net_resp(cfg, res, servers, out_dir):
 def net_echo(cfg, res, client, servers, out_dir):
     """64-byte echo round trips over 64 connections: p50, p99 and messages/s."""
     workloads = {"echo_64b.p50": "us", "echo_64b.p99": "us", "echo_64b.rate": "msgs/s"}
-    for system, make_cmd in servers.items():
-        reason = make_cmd if isinstance(make_cmd, str) else \
+    for system, launch in servers.items():
+        reason = launch if isinstance(launch, str) else \
             None if client else "the load client bench/peers/net_echo_client was not built"
         if reason:
             for w in workloads:
@@ -994,7 +996,7 @@ def net_echo(cfg, res, client, servers, out_dir):
         port = free_port()
         log(f"net: echo_64b on {system} (64 connections, {cfg.net_seconds} s)")
         try:
-            with serving(make_cmd(port), port, out_dir / f"echo-{system}.log") as proc:
+            with serving(launch(port), port, out_dir / f"echo-{system}.log") as proc:
                 code, out, err = run([client, "--port", str(port), "--connections", "64",
                                       "--size", "64", "--duration", str(cfg.net_seconds),
                                       "--warmup", "1"],
@@ -1012,6 +1014,35 @@ def net_echo(cfg, res, client, servers, out_dir):
                 res.miss(w, system, f"failed: {e}")
 
 
+def launcher(exe, status_key, status, *args):
+    """port -> the command line of a built server (exe args... --port P), or,
+    when exe is None, the reason it was not built (status[status_key])."""
+    if exe is None:
+        return status.get(status_key, "not built")
+    return lambda port: [exe, *args, "--port", port]
+
+
+def nginx_launcher(out_dir, workers, status):
+    """port -> nginx with a generated nginx.conf, or why nginx cannot run."""
+    if not shutil.which("nginx"):
+        status["nginx"] = "not installed (apt-get install nginx-light)"
+        return status["nginx"]
+    status["nginx"] = "found"
+    return lambda port: ["nginx", "-p", out_dir, "-e", out_dir / "nginx-error.log",
+                         "-c", nginx_conf(out_dir / "nginx", port, workers)]
+
+
+def redis_launcher(out_dir, status):
+    """port -> redis-server without persistence, or why it cannot run."""
+    if not shutil.which("redis-server"):
+        status["redis"] = "not installed (apt-get install redis-server)"
+        return status["redis"]
+    _, version, _ = run(["redis-server", "--version"], check=False)
+    status["redis"] = f"found ({' '.join(version.split()[:3])})"
+    return lambda port: ["redis-server", "--port", port, "--bind", "127.0.0.1",
+                         "--save", "", "--appendonly", "no", "--dir", out_dir]
+
+
 def net(cfg, res, status, out_dir):
     """The net section: builds its servers and the load client, runs the
     three workloads. A server that is missing gives "n/a" rows."""
@@ -1027,47 +1058,20 @@ def net(cfg, res, status, out_dir):
     client = build_cxx_peer("net_echo_client", "bench/peers/net_echo_client", status)
     hyper, tokio_echo = build_tokio_net(status)
 
-    def missing(name):
-        return status.get(name, "not built")
-
-    http = {
-        "spindle": (lambda p: [http_exe, "--port", p, "--workers", w]) if http_exe else
-        missing("spindle-http"),
-        "tokio": (lambda p: [hyper, "--port", p, "--workers", w]) if hyper else
-        missing("tokio-net"),
-        "boost-asio": (lambda p: [asio, "http", "--port", p, "--threads", w]) if asio else
-        missing("boost-asio-net"),
-    }
-    if shutil.which("nginx"):
-        status["nginx"] = "found"
-        http["nginx"] = lambda p: ["nginx", "-p", out_dir, "-e", out_dir / "nginx-error.log",
-                                   "-c", nginx_conf(out_dir / "nginx", p, w)]
-    else:
-        status["nginx"] = "not installed (apt-get install nginx-light)"
-        http["nginx"] = "nginx not installed (apt-get install nginx-light)"
-    net_http(cfg, res, http, out_dir)
-
-    resp = {
-        "spindle": (lambda p: [resp_exe, "--port", p, "--workers", w]) if resp_exe else
-        missing("spindle-resp"),
-    }
-    if shutil.which("redis-server"):
-        _, version, _ = run(["redis-server", "--version"], check=False)
-        status["redis"] = f"found ({version.strip()[:40]})"
-        resp["redis"] = lambda p: ["redis-server", "--port", p, "--bind", "127.0.0.1",
-                                   "--save", "", "--appendonly", "no", "--dir", out_dir]
-    else:
-        status["redis"] = "not installed (apt-get install redis-server)"
-        resp["redis"] = "redis-server not installed (apt-get install redis-server)"
-    net_resp(cfg, res, resp, out_dir)
-
+    net_http(cfg, res, {
+        "spindle": launcher(http_exe, "spindle-http", status, "--workers", w),
+        "tokio": launcher(hyper, "tokio-net", status, "--workers", w),
+        "boost-asio": launcher(asio, "boost-asio-net", status, "http", "--threads", w),
+        "nginx": nginx_launcher(out_dir, w, status),
+    }, out_dir)
+    net_resp(cfg, res, {
+        "spindle": launcher(resp_exe, "spindle-resp", status, "--workers", w),
+        "redis": redis_launcher(out_dir, status),
+    }, out_dir)
     echo = {
-        "spindle": (lambda p: [echo_exe, "--port", p, "--workers", w]) if echo_exe else
-        missing("spindle-echo"),
-        "tokio": (lambda p: [tokio_echo, "--port", p, "--workers", w]) if tokio_echo else
-        missing("tokio-net"),
-        "boost-asio": (lambda p: [asio, "echo", "--port", p, "--threads", w]) if asio else
-        missing("boost-asio-net"),
+        "spindle": launcher(echo_exe, "spindle-echo", status, "--workers", w),
+        "tokio": launcher(tokio_echo, "tokio-net", status, "--workers", w),
+        "boost-asio": launcher(asio, "boost-asio-net", status, "echo", "--threads", w),
     }
     net_echo(cfg, res, client and str(client), echo, out_dir)
     res.notes.append(
@@ -1292,7 +1296,7 @@ def main():
     cfg.park_reps = 1 if cfg.quick else cfg.reps  # fresh processes of 100,000 parked fibers
     cfg.net_seconds = 2 if cfg.quick else 5  # each wrk and echo run
     cfg.resp_requests = 50_000 if cfg.quick else 200_000  # each redis-benchmark run
-    sections = cfg.only or ["runtime", "io", "scan", "fiber"]
+    sections = cfg.only or ["runtime", "io", "scan", "fiber", "net"]
     out_dir = Path(cfg.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
