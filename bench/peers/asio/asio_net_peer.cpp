@@ -76,7 +76,7 @@ awaitable<void> echo_session(tcp::socket socket) {
   }
 }
 
-awaitable<void> listen(tcp::acceptor& acceptor, bool http_mode) {
+awaitable<void> accept_loop(tcp::acceptor& acceptor, bool http_mode) {
   for (;;) {
     tcp::socket socket = co_await acceptor.async_accept(use_awaitable);
     socket.set_option(tcp::no_delay(true));
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     asio::io_context io(threads);
     tcp::acceptor acceptor(
         io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
-    asio::co_spawn(io, listen(acceptor, http_mode), [](std::exception_ptr e) {
+    asio::co_spawn(io, accept_loop(acceptor, http_mode), [](std::exception_ptr e) {
       if (e) std::rethrow_exception(e);
     });
     // N threads run the io_context: the main thread is one of them.
