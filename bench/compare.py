@@ -5,8 +5,8 @@
 
 Builds spindle (Meson, release, into build-bench/), the peers that can be
 built (Tokio with Debian's packaged crates, oneTBB, Boost.Asio, Boost.Fiber,
-Go) and runs every workload on every system with the same worker count
-(default 2):
+Go; for the net section also hyper; nginx and Redis are Debian's) and runs
+every workload on every system with the same worker count (default 2):
 
   runtime  spawn_many_local, spawn_many_remote_idle, spawn_many_remote_busy,
            yield_many, ping_pong, chained_spawn, spawn_await, fib_30, fib_35,
@@ -38,6 +38,25 @@ Go) and runs every workload on every system with the same worker count
            fixedsize_stack: Boost's 128 KiB default crosses glibc's mmap
            threshold) and go (goroutines). After the table, one line per
            target of the fiber issue: met or NOT met, from the medians.
+  net      servers on loopback, each on a free port with --workers threads,
+           started, waited for (connect retries) and stopped by this script:
+           http_get (wrk -t1 -c64 -d5s, HTTP/1.1 keep-alive GET / answered
+           "Hello, World!\n": requests/s; socket errors or non-2xx responses
+           fail the row) on spindle-http (examples/http), nginx (nginx-light,
+           a generated nginx.conf: worker_processes N, return 200), tokio
+           (hyper 0.14 on Tokio, bench/peers/tokio-net) and boost-asio
+           (C++20 coroutines with a Boost.Beast parser,
+           bench/peers/asio/asio_net_peer.cpp); resp.<test>.p1 / .p16
+           (redis-benchmark -t ping,set,get -n 200000 -c 50 -P 1 / -P 16:
+           requests/s per test) on spindle-resp (examples/resp) and
+           redis-server 7 (no persistence); echo_64b.p50 / .p99 / .rate (64
+           connections, one 64-byte message in flight on each, round trips in
+           us and messages/s, from bench/peers/net_echo_client: one epoll
+           thread) on spindle (bench/net_echo_server.cpp), tokio and
+           boost-asio. One run per server. spindle-http and spindle-resp are
+           built when the tree has them; otherwise their rows read "n/a: not
+           built". About 1.5 minutes once built (the first hyper build takes
+           about one more).
 
 Who does the work, per runtime workload: every system runs N worker threads
 and the measuring thread only waits (spindle and Tokio: the workload's root
@@ -86,7 +105,8 @@ spindle, the same number of samples for the peers.
 
 --quick: 3 repetitions of short runs, no fib_35, a 256 MiB file instead of
 1 GiB, one 1-second fio run per case, the scan over /usr/include only, one
-fresh process per system for the parked fibers.
+fresh process per system for the parked fibers, 2-second wrk and echo runs
+and 50,000 requests per redis-benchmark run.
 The Go peer is built with `go build` into build-bench/peers/go (GOCACHE
 there, no network: no modules but the standard library); without `go` it is
 skipped with a message.
@@ -94,12 +114,16 @@ Python 3 standard library only.
 """
 
 import argparse
+import contextlib
+import csv
 import datetime
 import json
 import os
 import platform
 import re
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -222,7 +246,7 @@ class Results:
 # --------------------------------------------------------------------------
 # Building
 
-def build_spindle():
+def build_spindle(sections):
     if not (BUILD / "build.ninja").exists():
         log("configuring spindle (meson, release) in build-bench/")
         run(["meson", "setup", str(BUILD), "-Dbuildtype=release", "-Dtests=disabled",
@@ -232,6 +256,8 @@ def build_spindle():
         # installed since the first run (tools/install-bench-deps) are found.
         log("reconfiguring build-bench/ (finds peers installed since)")
         run(["meson", "setup", "--reconfigure", str(BUILD)], cwd=ROOT)
+    if not set(sections) - {"net"}:
+        return  # the net section builds its own programs (net())
     log("building spindle's benchmarks and spindle-scan")
     targets = ["bench/bench_runtime", "bench/bench_io", "examples/spindle-scan"]
     if "bench/bench_fiber" in ninja_targets():  # spindle with fibers
@@ -257,24 +283,21 @@ def build_cxx_peer(name, target, status):
     return BUILD / target
 
 
-def build_tokio(status):
+def cargo_offline_build(crate, label, status_key, status):
+    """cargo build --offline --release of bench/peers/<crate> with Debian's
+    packaged crates only (/usr/share/cargo/registry), into
+    build-bench/peers/<crate>. Returns its target/release directory, or None
+    with the reason in status[status_key]."""
     cargo = "/usr/bin/cargo" if Path("/usr/bin/cargo").exists() else shutil.which("cargo")
     registry = Path("/usr/share/cargo/registry")
-    if cargo is None:
-        status["tokio"] = "not built: cargo not found (apt-get install cargo)"
-        return None
-    if not any(registry.glob("tokio-1.*")):
-        status["tokio"] = "not built: no tokio in /usr/share/cargo/registry " \
-                          "(apt-get install librust-tokio-dev)"
-        return None
-    work = BUILD / "peers" / "tokio"
+    work = BUILD / "peers" / crate
     src = work / "src-copy"  # cargo writes Cargo.lock next to the manifest
     home = work / "cargo-home"
     (src / "src").mkdir(parents=True, exist_ok=True)
     home.mkdir(parents=True, exist_ok=True)
-    peer = ROOT / "bench" / "peers" / "tokio"
+    peer = ROOT / "bench" / "peers" / crate
     shutil.copyfile(peer / "Cargo.toml", src / "Cargo.toml")
-    shutil.copyfile(peer / "src" / "main.rs", src / "src" / "main.rs")
+    shutil.copytree(peer / "src", src / "src", dirs_exist_ok=True)
     (home / "config.toml").write_text(
         "# Written by bench/compare.py: crates come from Debian's packages only.\n"
         "[source.crates-io]\nreplace-with = \"debian-packages\"\n\n"
@@ -283,15 +306,69 @@ def build_tokio(status):
     env = {"CARGO_HOME": str(home), "CARGO_TARGET_DIR": str(work / "target")}
     if Path("/usr/bin/rustc").exists() and cargo == "/usr/bin/cargo":
         env["RUSTC"] = "/usr/bin/rustc"
-    log("building the Tokio peer (cargo --offline --release, Debian's crates)")
+    log(f"building {label} (cargo --offline --release, Debian's crates)")
     try:
         run([cargo, "build", "--offline", "--release", "--manifest-path",
              str(src / "Cargo.toml")], env=env)
     except RuntimeError as e:
-        status["tokio"] = f"build failed: {e}"
+        status[status_key] = f"build failed: {e}"
         return None
-    status["tokio"] = "built"
-    return work / "target" / "release" / "spindle-peer-tokio"
+    status[status_key] = "built"
+    return work / "target" / "release"
+
+
+def have_cargo_and(crate_glob, name, package, status_key, status):
+    """True when cargo and a crate matching crate_glob (`name`) are in
+    Debian's registry; else False with the reason in status[status_key]."""
+    cargo = "/usr/bin/cargo" if Path("/usr/bin/cargo").exists() else shutil.which("cargo")
+    if cargo is None:
+        status[status_key] = "not built: cargo not found (apt-get install cargo)"
+        return False
+    if not any(Path("/usr/share/cargo/registry").glob(crate_glob)):
+        status[status_key] = f"not built: no {name} in /usr/share/cargo/registry " \
+                             f"(apt-get install {package})"
+        return False
+    return True
+
+
+def build_tokio(status):
+    if not have_cargo_and("tokio-1.*", "tokio", "librust-tokio-dev", "tokio", status):
+        return None
+    release = cargo_offline_build("tokio", "the Tokio peer", "tokio", status)
+    return release / "spindle-peer-tokio" if release else None
+
+
+def build_tokio_net(status):
+    """bench/peers/tokio-net: the hyper 0.14 HTTP server and the Tokio echo
+    server of the net section. Returns (hyper exe, echo exe) or Nones."""
+    if not have_cargo_and("hyper-0.14.*", "hyper 0.14", "librust-hyper-dev", "tokio-net",
+                          status):
+        return None, None
+    release = cargo_offline_build("tokio-net", "the Tokio net peers (hyper, echo)",
+                                  "tokio-net", status)
+    if release is None:
+        return None, None
+    return release / "spindle-peer-hyper", release / "spindle-peer-tokio-echo"
+
+
+def build_spindle_program(name, targets, status):
+    """A spindle program of the net section (spindle-http, spindle-resp, the
+    echo server): built when this tree has one of its Meson targets (the
+    first of `targets` found: examples/http/spindle-http or
+    examples/spindle-http, depending on which meson.build defines it), else
+    None."""
+    known = set(ninja_targets().split())
+    target = next((t for t in targets if t + ":" in known), None)
+    if target is None:
+        status[name] = f"not built: no {targets[0]} in this tree"
+        return None
+    try:
+        run(["ninja", "-C", str(BUILD), target])
+    except RuntimeError as e:
+        status[name] = f"build failed: {e}"
+        return None
+    status[name] = "built"
+    return BUILD / target
 
 
 def build_go(status):
@@ -713,12 +790,308 @@ def scan(cfg, res):
 
 
 # --------------------------------------------------------------------------
+# Net workloads: servers on loopback ports, loaded by wrk, redis-benchmark and
+# bench/peers/net_echo_client.
+
+def free_port():
+    """A loopback TCP port nobody listens on now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_server(proc):
+    """SIGTERM to the server's process group (nginx: master and workers),
+    SIGKILL after 5 s."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def serving(cmd, port, log_path, deadline=15.0):
+    """Starts cmd (its own process group, output to log_path), waits until
+    127.0.0.1:port accepts a connection (retrying until `deadline` seconds)
+    and yields the process; stops it on the way out, also on errors. Raises
+    RuntimeError when it exits or does not listen in time."""
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            end = time.monotonic() + deadline
+            while True:
+                if proc.poll() is not None:
+                    tail = " / ".join(Path(log_path).read_text(errors="replace")
+                                      .strip().splitlines()[-3:])
+                    raise RuntimeError(f"exited with status {proc.returncode} before "
+                                       f"listening: {tail or 'no output'}")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > end:
+                        raise RuntimeError(f"not listening on port {port} after {deadline:.0f} s")
+                    time.sleep(0.05)
+            yield proc
+        finally:
+            stop_server(proc)
+
+
+def still_up(proc):
+    if proc.poll() is not None:
+        raise RuntimeError(f"the server died during the run (status {proc.returncode})")
+
+
+def nginx_conf(directory, port, workers):
+    """A self-contained nginx.conf in `directory` (pid, logs, temp files
+    there); `user root;` when run as root, where nginx would otherwise switch
+    its workers to an account that cannot read the directory."""
+    (directory / "tmp").mkdir(parents=True, exist_ok=True)
+    temp = "\n".join(f"    {kind}_temp_path {directory / 'tmp' / kind};"
+                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = directory / "nginx.conf"
+    conf.write_text(f"""# Written by bench/compare.py (net section).
+{"user root;" if os.geteuid() == 0 else ""}
+worker_processes {workers};
+daemon off;
+master_process on;
+pid {directory / 'nginx.pid'};
+error_log {directory / 'error.log'} warn;
+events {{
+    worker_connections 1024;
+}}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+{temp}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            default_type text/plain;
+            return 200 "Hello, World!\\n";
+        }}
+    }}
+}}
+""")
+    return conf
+
+
+def parse_wrk(out):
+    """wrk's report -> (requests/s, problems): problems lists socket errors and
+    non-2xx/3xx responses (empty when there were none)."""
+    m = re.search(r"^Requests/sec:\s*([\d.]+)", out, re.M)
+    if not m:
+        raise ValueError("no Requests/sec line")
+    problems = []
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
+                       out)
+    if errors and any(int(x) for x in errors.groups()):
+        problems.append("socket errors: connect {}, read {}, write {}, timeout {}"
+                        .format(*errors.groups()))
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", out)
+    if non2xx and int(non2xx.group(1)):
+        problems.append(f"{non2xx.group(1)} non-2xx/3xx responses")
+    return float(m.group(1)), problems
+
+
+def net_http(cfg, res, servers, out_dir):
+    """HTTP/1.1 keep-alive GET /: wrk -t1 -c64 against each server. servers:
+    system -> launcher (port -> command line) or the reason it cannot run."""
+    if not shutil.which("wrk"):
+        for system in servers:
+            res.miss("http_get", system, "wrk not installed (apt-get install wrk)")
+        return
+    for system, launch in servers.items():
+        if isinstance(launch, str):
+            res.miss("http_get", system, launch)
+            continue
+        port = free_port()
+        log(f"net: http_get on {system} (wrk -t1 -c64 -d{cfg.net_seconds}s)")
+        try:
+            with serving(launch(port), port, out_dir / f"http-{system}.log") as proc:
+                code, out, err = run(["wrk", "-t1", "-c64", f"-d{cfg.net_seconds}s",
+                                      f"http://127.0.0.1:{port}/"],
+                                     timeout=cfg.net_seconds + 60, check=False)
+                still_up(proc)
+            if code != 0:
+                raise RuntimeError(f"wrk exited with status {code}: {err.strip()[-200:]}")
+            rate, problems = parse_wrk(out)
+            (out_dir / f"http-{system}.wrk.txt").write_text(out)
+            if problems:
+                raise RuntimeError("; ".join(problems))
+            res.add("http_get", system, rate, "req/s")
+        except (RuntimeError, ValueError) as e:
+            res.miss("http_get", system, f"failed: {e}")
+
+
+RESP_TESTS = {"PING_INLINE": "ping_inline", "PING_MBULK": "ping_mbulk", "SET": "set",
+              "GET": "get"}
+
+
+def net_resp(cfg, res, servers, out_dir):
+    """redis-benchmark -t ping,set,get -c 50, pipelines 1 and 16."""
+    workloads = [f"resp.{t}.p{p}" for p in (1, 16) for t in RESP_TESTS.values()]
+    if not shutil.which("redis-benchmark"):
+        for system in servers:
+            for w in workloads:
+                res.miss(w, system, "redis-benchmark not installed (apt-get install redis-tools)")
+        return
+    for system, launch in servers.items():
+        if isinstance(launch, str):
+            for w in workloads:
+                res.miss(w, system, launch)
+            continue
+        port = free_port()
+        try:
+            with serving(launch(port), port, out_dir / f"resp-{system}.log") as proc:
+                for pipeline in (1, 16):
+                    log(f"net: redis-benchmark -P {pipeline} on {system} (-n {cfg.resp_requests})")
+                    code, out, err = run(
+                        ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t",
+                         "ping,set,get", "-n", str(cfg.resp_requests), "-c", "50",
+                         "-P", str(pipeline), "--csv"],
+                        timeout=180, check=False)
+                    still_up(proc)
+                    errors = [ln for ln in err.splitlines() if "error" in ln.lower()]
+                    rates = {}
+                    for row in csv.reader(out.splitlines()):
+                        if len(row) >= 2 and row[0] in RESP_TESTS:
+                            rates[RESP_TESTS[row[0]]] = float(row[1])
+                    for test in RESP_TESTS.values():
+                        w = f"resp.{test}.p{pipeline}"
+                        if code != 0:
+                            res.miss(w, system, f"failed: redis-benchmark exited with status "
+                                                f"{code}: {err.strip()[-200:]}")
+                        elif errors:
+                            res.miss(w, system, f"failed: {errors[0][:200]}")
+                        elif test not in rates:
+                            res.miss(w, system, "failed: no result in redis-benchmark's output")
+                        else:
+                            res.add(w, system, rates[test], "req/s")
+        except RuntimeError as e:
+            for w in workloads:
+                if res.value(w, system)[0] is None:
+                    res.miss(w, system, f"failed: {e}")
+
+
+def net_echo(cfg, res, client, servers, out_dir):
+    """64-byte echo round trips over 64 connections: p50, p99 and messages/s."""
+    workloads = {"echo_64b.p50": "us", "echo_64b.p99": "us", "echo_64b.rate": "msgs/s"}
+    for system, launch in servers.items():
+        reason = launch if isinstance(launch, str) else \
+            None if client else "the load client bench/peers/net_echo_client was not built"
+        if reason:
+            for w in workloads:
+                res.miss(w, system, reason)
+            continue
+        port = free_port()
+        log(f"net: echo_64b on {system} (64 connections, {cfg.net_seconds} s)")
+        try:
+            with serving(launch(port), port, out_dir / f"echo-{system}.log") as proc:
+                code, out, err = run([client, "--port", str(port), "--connections", "64",
+                                      "--size", "64", "--duration", str(cfg.net_seconds),
+                                      "--warmup", "1"],
+                                     timeout=cfg.net_seconds + 60, check=False)
+                still_up(proc)
+            if code != 0:
+                raise RuntimeError(f"net_echo_client exited with status {code}: "
+                                   f"{err.strip()[-200:]}")
+            r = json.loads(out)
+            res.add("echo_64b.p50", system, r["p50_us"], "us")
+            res.add("echo_64b.p99", system, r["p99_us"], "us")
+            res.add("echo_64b.rate", system, r["messages_per_s"], "msgs/s")
+        except (RuntimeError, ValueError, KeyError) as e:
+            for w in workloads:
+                res.miss(w, system, f"failed: {e}")
+
+
+def launcher(exe, status_key, status, *args):
+    """port -> the command line of a built server (exe args... --port P), or,
+    when exe is None, the reason it was not built (status[status_key])."""
+    if exe is None:
+        return status.get(status_key, "not built")
+    return lambda port: [exe, *args, "--port", port]
+
+
+def nginx_launcher(out_dir, workers, status):
+    """port -> nginx with a generated nginx.conf, or why nginx cannot run."""
+    if not shutil.which("nginx"):
+        status["nginx"] = "not installed (apt-get install nginx-light)"
+        return status["nginx"]
+    status["nginx"] = "found"
+    return lambda port: ["nginx", "-p", out_dir, "-e", out_dir / "nginx-error.log",
+                         "-c", nginx_conf(out_dir / "nginx", port, workers)]
+
+
+def redis_launcher(out_dir, status):
+    """port -> redis-server without persistence, or why it cannot run."""
+    if not shutil.which("redis-server"):
+        status["redis"] = "not installed (apt-get install redis-server)"
+        return status["redis"]
+    _, version, _ = run(["redis-server", "--version"], check=False)
+    status["redis"] = f"found ({' '.join(version.split()[:3])})"
+    return lambda port: ["redis-server", "--port", port, "--bind", "127.0.0.1",
+                         "--save", "", "--appendonly", "no", "--dir", out_dir]
+
+
+def net(cfg, res, status, out_dir):
+    """The net section: builds its servers and the load client, runs the
+    three workloads. A server that is missing gives "n/a" rows."""
+    out_dir = out_dir / "net"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    w = str(cfg.workers)
+    http_exe = build_spindle_program(
+        "spindle-http", ["examples/http/spindle-http", "examples/spindle-http"], status)
+    resp_exe = build_spindle_program(
+        "spindle-resp", ["examples/resp/spindle-resp", "examples/spindle-resp"], status)
+    echo_exe = build_spindle_program("spindle-echo", ["bench/net_echo_server"], status)
+    asio = build_cxx_peer("boost-asio-net", "bench/peers/asio_net_peer", status)
+    client = build_cxx_peer("net_echo_client", "bench/peers/net_echo_client", status)
+    hyper, tokio_echo = build_tokio_net(status)
+
+    net_http(cfg, res, {
+        "spindle": launcher(http_exe, "spindle-http", status, "--workers", w),
+        "tokio": launcher(hyper, "tokio-net", status, "--workers", w),
+        "boost-asio": launcher(asio, "boost-asio-net", status, "http", "--threads", w),
+        "nginx": nginx_launcher(out_dir, w, status),
+    }, out_dir)
+    net_resp(cfg, res, {
+        "spindle": launcher(resp_exe, "spindle-resp", status, "--workers", w),
+        "redis": redis_launcher(out_dir, status),
+    }, out_dir)
+    echo = {
+        "spindle": launcher(echo_exe, "spindle-echo", status, "--workers", w),
+        "tokio": launcher(tokio_echo, "tokio-net", status, "--workers", w),
+        "boost-asio": launcher(asio, "boost-asio-net", status, "echo", "--threads", w),
+    }
+    net_echo(cfg, res, client and str(client), echo, out_dir)
+    res.notes.append(
+        f"net: every server on 127.0.0.1 with {cfg.workers} workers (redis-server: its one "
+        "event-loop thread), the load generator on the same cores. http_get: wrk -t1 -c64 "
+        f"-d{cfg.net_seconds}s, keep-alive GET / -> 'Hello, World!\\n' (nginx: return 200, "
+        "keepalive_requests 1000000); a run with socket errors or non-2xx responses fails. "
+        f"resp.*: redis-benchmark -t ping,set,get -n {cfg.resp_requests} -c 50, -P 1 and -P 16. "
+        f"echo_64b: bench/peers/net_echo_client (one epoll thread), 64 connections each with "
+        f"one 64-byte message in flight, {cfg.net_seconds} s after 1 s of warm-up; p50/p99 of "
+        f"the round trips. One run per server (no repetitions). Logs in {out_dir}")
+
+
+# --------------------------------------------------------------------------
 # Output
 
 SYSTEM_ORDER = ["spindle", "spindle-task", "tokio", "onetbb", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
                 "spindle-ring-only", "spindle-pool-only",
-                "fio-io_uring", "fio-psync", "ripgrep", "grep"]
+                "fio-io_uring", "fio-psync", "ripgrep", "grep", "nginx", "redis"]
 
 
 def canonical_workloads():
@@ -731,7 +1104,9 @@ def canonical_workloads():
         names += [f"{case}.warm", f"{case}.cold"]
     fiber = list(FIBER_WORKLOADS)
     fiber.insert(1, "fiber_spawn_join.stacks_mapped")
-    return names + ["scan.files", "scan.bytes"] + fiber
+    resp = [f"resp.{t}.p{p}" for p in (1, 16) for t in RESP_TESTS.values()]
+    return names + ["scan.files", "scan.bytes"] + fiber + ["http_get"] + resp + \
+        ["echo_64b.p50", "echo_64b.p99", "echo_64b.rate"]
 
 
 def rank(order, name):
@@ -906,7 +1281,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
     ap.add_argument("--out", default=str(ROOT / "bench-results"),
                     help="output directory (default bench-results/)")
-    ap.add_argument("--only", action="append", choices=["runtime", "io", "scan", "fiber"],
+    ap.add_argument("--only", action="append",
+                    choices=["runtime", "io", "scan", "fiber", "net"],
                     help="run only this section (repeatable)")
     cfg = ap.parse_args()
     if cfg.workers < 1:
@@ -918,13 +1294,15 @@ def main():
     cfg.scan_reps = 1 if cfg.quick else 3
     cfg.io_mib = 256 if cfg.quick else 1024
     cfg.park_reps = 1 if cfg.quick else cfg.reps  # fresh processes of 100,000 parked fibers
-    sections = cfg.only or ["runtime", "io", "scan", "fiber"]
+    cfg.net_seconds = 2 if cfg.quick else 5  # each wrk and echo run
+    cfg.resp_requests = 50_000 if cfg.quick else 200_000  # each redis-benchmark run
+    sections = cfg.only or ["runtime", "io", "scan", "fiber", "net"]
     out_dir = Path(cfg.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
     try:
-        build_spindle()
+        build_spindle(sections)
     except RuntimeError as e:
         log(f"cannot build spindle: {e}")
         return 2
@@ -987,6 +1365,8 @@ def main():
         else:
             peer_fiber(cfg, res, "go", [str(go)], env={"GOMAXPROCS": str(cfg.workers)})
         checks = fiber_checks(res)
+    if "net" in sections:
+        net(cfg, res, status, out_dir)
 
     rows = table_rows(res)
     print()
