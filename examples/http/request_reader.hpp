@@ -50,9 +50,10 @@ class request_reader {
 
   explicit request_reader(request_limits limits = {});
 
-  /// Parses from `input`, the bytes not consumed yet (a partial request head
-  /// is not consumed: pass it again with more bytes behind it). Returns the
-  /// number of bytes consumed; stops at the end of one request.
+  /// Parses from `input`, the bytes not consumed yet. Returns the number of
+  /// bytes consumed; stops at the end of one request. Beast consumes the
+  /// request line once it is complete and the fields only as a whole: bytes
+  /// not consumed must be passed again, with more behind them.
   std::size_t parse(std::string_view input);
 
   [[nodiscard]] state status() const noexcept { return state_; }
