@@ -66,7 +66,7 @@ else
 fi
 
 # start_server NAME ARGS...: starts spindle-http on a free loopback port;
-# sets NAME_PID and NAME_PORT.
+# sets SERVER_PID and SERVER_PORT.
 start_server() {
   local name=$1
   shift
@@ -81,12 +81,16 @@ start_server() {
     sleep 0.05
   done
   [ -n "$port" ] || bail "spindle-http $* did not start: $(cat "$WORK/$name.err")"
-  printf -v "${name}_PID" '%s' "$pid"
-  printf -v "${name}_PORT" '%s' "$port"
+  SERVER_PID=$pid
+  SERVER_PORT=$port
 }
 
 start_server files --root "$ROOT"
+files_PID=$SERVER_PID
+files_PORT=$SERVER_PORT
 start_server hello
+hello_PID=$SERVER_PID
+hello_PORT=$SERVER_PORT
 F=http://127.0.0.1:$files_PORT
 H=http://127.0.0.1:$hello_PORT
 note "file server on $F (pid $files_PID), hello server on $H"
@@ -254,15 +258,17 @@ rc=$?
 # A connection left open (keep-alive, idle) does not hold the shutdown up.
 exec 4<>"/dev/tcp/127.0.0.1/$files_PORT"
 printf 'GET /hello.txt HTTP/1.1\r\nHost: h\r\n\r\n' >&4
-for name in files hello; do
-  pid_var=${name}_PID
-  kill -TERM "${!pid_var}"
-  timeout 10 tail --pid="${!pid_var}" -f /dev/null
-  wait "${!pid_var}"
-  rc=$?
-  [ $rc -eq 0 ] && ok "SIGTERM: the $name server exits 0" ||
-    ko "SIGTERM: the $name server exits $rc: $(cat "$WORK/$name.err")"
-done
+# stop_server NAME PID: SIGTERM, then the exit status must be 0.
+stop_server() {
+  kill -TERM "$2"
+  timeout 10 tail --pid="$2" -f /dev/null
+  wait "$2"
+  local rc=$?
+  [ $rc -eq 0 ] && ok "SIGTERM: the $1 server exits 0" ||
+    ko "SIGTERM: the $1 server exits $rc: $(cat "$WORK/$1.err")"
+}
+stop_server files "$files_PID"
+stop_server hello "$hello_PID"
 exec 4>&-
 if [ -s "$WORK/files.err" ] || [ -s "$WORK/hello.err" ]; then
   ko "the servers wrote to stderr: $(cat "$WORK/files.err" "$WORK/hello.err" | head -c 2000)"
