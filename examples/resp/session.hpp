@@ -85,16 +85,17 @@ class session {
   [[nodiscard]] std::size_t buffered() const noexcept;
 
  private:
-  // Runs the request in argv_ (words of inline_words_ or of hiredis's reply).
+  // Appends "-ERR Protocol error: <what>" and marks the session closed.
   void protocol_error(std::string_view what, std::string& out);
+  // Drops `bytes` parsed here (not by hiredis) from the reader's buffer.
   void consume(std::size_t bytes) noexcept;
 
   keyspace& keys_;
   session_limits limits_;
   redisReader* reader_;
   bool closed_ = false;
-  std::vector<std::string_view> argv_;
-  std::vector<std::string> inline_words_;
+  std::vector<std::string_view> argv_;     // the request being run
+  std::vector<std::string> inline_words_;  // an inline request's words (argv_ views them)
 };
 
 }  // namespace resp
