@@ -55,6 +55,34 @@ char type_byte(int type) noexcept {
   }
 }
 
+// hiredis's own createArray (it builds a redisReply), wrapped below.
+void* (*g_default_create_array)(redisReadTask const*, int) = nullptr;
+
+// createArray for requests: a request is one array of bulk strings, so an
+// array inside it is refused before hiredis allocates it (hiredis 0.14
+// allocates an array's element pointers up front, so "*1\r\n*2000000000\r\n"
+// would ask for 16 GB). Flags the session (privdata) and returns null,
+// which stops the reader with an error.
+void* create_request_array(redisReadTask const* task, int elements) {
+  if (task->parent != nullptr) {
+    *static_cast<bool*>(task->privdata) = true;
+    return nullptr;
+  }
+  return g_default_create_array(task, elements);
+}
+
+// hiredis's default reply functions with createArray wrapped; one table for
+// every session, made from the first reader's.
+redisReplyObjectFunctions* request_functions(redisReplyObjectFunctions const& defaults) {
+  static redisReplyObjectFunctions table = [&defaults] {
+    redisReplyObjectFunctions t = defaults;
+    g_default_create_array = t.createArray;
+    t.createArray = &create_request_array;
+    return t;
+  }();
+  return &table;
+}
+
 // Redis's text for what hiredis's reader rejected, where Redis has one.
 std::string_view describe_reader_error(std::string_view hiredis_text) noexcept {
   if (hiredis_text.starts_with("Bulk string length") || hiredis_text.starts_with("Bad bulk")) {
@@ -163,6 +191,8 @@ bool split_inline(std::string_view line, std::vector<std::string>& words) {
 session::session(keyspace& keys, session_limits limits)
     : keys_(keys), limits_(limits), reader_(redisReaderCreate()) {
   if (reader_ == nullptr) throw std::bad_alloc();
+  reader_->fn = request_functions(*reader_->fn);
+  reader_->privdata = &nested_array_;
 }
 
 session::~session() {
@@ -253,7 +283,8 @@ after_reply session::feed(std::string_view input, std::string& out) {
     }
     void* raw = nullptr;
     if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
-      protocol_error(describe_reader_error(reader_->errstr), out);
+      protocol_error(
+          nested_array_ ? "expected '$', got '*'" : describe_reader_error(reader_->errstr), out);
       return after_reply::close;
     }
     if (raw == nullptr) {

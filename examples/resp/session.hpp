@@ -23,6 +23,8 @@
 //   invalid bulk length           an element with a negative or malformed
 //                                 length
 //   expected '$', got 'c'         an element that is not a bulk string
+//                                 (an array inside a request is refused
+//                                 before hiredis allocates it)
 //   got "c" as reply type byte    (hiredis's text) a byte that starts no
 //                                 RESP value
 // Texts other than these may differ from Redis's for the same bytes, since
@@ -94,6 +96,7 @@ class session {
   session_limits limits_;
   redisReader* reader_;
   bool closed_ = false;
+  bool nested_array_ = false;              // set by the reader: an array inside a request
   std::vector<std::string_view> argv_;     // the request being run
   std::vector<std::string> inline_words_;  // an inline request's words (argv_ views them)
 };

@@ -263,6 +263,8 @@ TEST(RespSession, ProtocolErrorsClose) {
       {"*2\r\n$-5\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
       {"*1\r\n:5\r\n", "-ERR Protocol error: expected '$', got ':'\r\n"},
       {"*1\r\n*1\r\n$1\r\na\r\n", "-ERR Protocol error: expected '$', got '*'\r\n"},
+      // Refused before hiredis would allocate 16 GB for it.
+      {"*2\r\n$1\r\na\r\n*2000000000\r\n", "-ERR Protocol error: expected '$', got '*'\r\n"},
       {"*1\r\n!\r\n", "-ERR Protocol error: got \"!\" as reply type byte\r\n"},
       {"ECHO \"abc\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
       {"ECHO \"a\"b\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
