@@ -98,7 +98,7 @@ redis-server --port "$REDIS_PORT" --save '' --appendonly no --bind 127.0.0.1 \
   --dir "$WORK" --logfile "$WORK/redis.log" &
 REDIS_PID=$!
 PIDS+=("$REDIS_PID")
-for k in $(seq 1 100); do
+for _ in $(seq 1 100); do
   [ "$(timeout 5 redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" = PONG ] && break
   sleep 0.05
 done
