@@ -62,8 +62,7 @@ start_resp() {
   RESP_PID=$!
   PIDS+=("$RESP_PID")
   RESP_PORT=
-  local k
-  for k in $(seq 1 200); do
+  for _ in $(seq 1 200); do
     RESP_PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/$name.err")
     [ -n "$RESP_PORT" ] && return 0
     kill -0 "$RESP_PID" 2>/dev/null || break
@@ -75,8 +74,8 @@ start_resp() {
 # wait_exit PID SECONDS: waits for PID (a child of this shell) to end and
 # sets EXIT_STATUS to its exit status, or to "timeout" (and kills it).
 wait_exit() {
-  local pid=$1 k
-  for k in $(seq 1 $(($2 * 20))); do
+  local pid=$1
+  for _ in $(seq 1 $(($2 * 20))); do
     if ! kill -0 "$pid" 2>/dev/null; then
       wait "$pid"
       EXIT_STATUS=$?
