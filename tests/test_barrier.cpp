@@ -72,6 +72,45 @@ TEST(Barrier, TheLastArrivalLeadsAndReleasesThePhase) {
   EXPECT_EQ(b.phase(), 1u);
 }
 
+TEST(Barrier, ArriveAndDropCompletesThePhaseAndLowersLaterOnes) {
+  counts c;
+  spindle::runtime rt{{.workers = 2}};
+  barrier b{3};
+  std::atomic<int> passed{0};
+  auto first = rt.spawn(arrive(&b, tracked(c), &passed));
+  auto second = rt.spawn(arrive(&b, tracked(c), &passed));
+  ASSERT_TRUE(wait_for_waiters(b, 2));
+  // The third participant leaves: its arrival completes phase 0 without
+  // waiting, and the earliest waiter leads it.
+  b.arrive_and_drop();
+  bool const l1 = wait_and_take(first);
+  bool const l2 = wait_and_take(second);
+  EXPECT_EQ(static_cast<int>(l1) + static_cast<int>(l2), 1) << "exactly one leader";
+  EXPECT_EQ(passed.load(), 2);
+  EXPECT_EQ(b.phase(), 1u);
+  EXPECT_EQ(b.expected(), 2);
+  // Phase 1 needs two arrivals now.
+  auto third = rt.spawn(arrive(&b, tracked(c), &passed));
+  ASSERT_TRUE(wait_for_waiters(b, 1));
+  EXPECT_EQ(b.phase(), 1u);
+  EXPECT_TRUE(b.blocking_arrive_and_wait()) << "the second arrival completes phase 1";
+  EXPECT_FALSE(wait_and_take(third));
+  EXPECT_EQ(b.phase(), 2u);
+}
+
+TEST(Barrier, ArriveAndDropWithoutWaitersAndDownToZero) {
+  barrier b{2};
+  b.arrive_and_drop();  // phase 0 now waits for the one participant left
+  EXPECT_EQ(b.phase(), 0u);
+  EXPECT_EQ(b.expected(), 1);
+  EXPECT_TRUE(b.blocking_arrive_and_wait()) << "completes phase 0 without blocking";
+  EXPECT_EQ(b.phase(), 1u);
+  b.arrive_and_drop();  // the last participant leaves
+  EXPECT_EQ(b.expected(), 0);
+  EXPECT_EQ(b.phase(), 1u);
+  EXPECT_EQ(system_error_of([&] { b.arrive_and_drop(); }), std::errc::invalid_argument);
+}
+
 TEST(Barrier, MisuseErrors) {
   EXPECT_EQ(system_error_of([] { barrier bad{0}; }), std::errc::invalid_argument);
   EXPECT_EQ(system_error_of([] { barrier bad{-3}; }), std::errc::invalid_argument);

@@ -30,6 +30,7 @@
 #include "spindle/task.hpp"
 #include "spindle/task_group.hpp"
 #include "spindle/time.hpp"
+#include "spindle/version.hpp"
 #include "spindle/watch.hpp"
 #include "spindle/when_all.hpp"
 #include "spindle/when_any.hpp"

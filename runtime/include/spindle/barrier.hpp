@@ -12,12 +12,18 @@
 // leader (exactly one per phase, like Tokio's BarrierWaitResult::is_leader).
 // Every other arrival yields false once the phase completes.
 //
+// arrive_and_drop() (a plain call, as std::barrier's): arrives in the current
+// phase without waiting and lowers the expected count of every later phase
+// by one. When that arrival completes the phase, the phase's first waiter is
+// its leader (a phase with no waiter then has none).
+//
 // Cancellation: a task aborted while waiting withdraws its arrival, as if it
 // had not arrived: the phase then needs one more arrival. A task aborted after
 // its phase completed but before it resumed changes nothing.
 //
 // Errors: an expected count < 1 throws std::system_error(
-// std::errc::invalid_argument). co_await outside a spindle task and
+// std::errc::invalid_argument), as does arrive_and_drop() once the expected
+// count is 0. co_await outside a spindle task and
 // blocking_arrive_and_wait() inside one throw std::system_error(
 // std::errc::operation_not_permitted) without arriving.
 //
@@ -63,8 +69,15 @@ class barrier : public detail::sync_waiters {
   /// phase completes; returns true for the leader.
   bool blocking_arrive_and_wait();
 
-  /// Arrivals per phase.
-  [[nodiscard]] std::ptrdiff_t expected() const noexcept { return expected_; }
+  /// Arrives without waiting and leaves: this phase and every later one
+  /// expect one arrival fewer (std::barrier::arrive_and_drop). May complete
+  /// the phase, waking its waiters. Any thread, also outside the runtime.
+  /// Throws std::system_error(invalid_argument) when the expected count is
+  /// already 0.
+  void arrive_and_drop();
+
+  /// Arrivals per phase (lowered by arrive_and_drop).
+  [[nodiscard]] std::ptrdiff_t expected() const;
   /// Number of phases completed so far.
   [[nodiscard]] std::uint64_t phase() const;
 
@@ -77,7 +90,7 @@ class barrier : public detail::sync_waiters {
   void withdrawn_locked(node& n, detail::wake_batch& wakes) noexcept;
   void give_back_locked(node& n, detail::wake_batch& wakes) noexcept;
 
-  std::ptrdiff_t const expected_;
+  std::ptrdiff_t expected_;     ///< per phase; lowered by arrive_and_drop
   std::ptrdiff_t arrived_ = 0;  ///< in the current phase, waiters included
   std::uint64_t phase_ = 0;
 };

@@ -89,6 +89,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "spindle/awaitable.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"
@@ -243,27 +244,6 @@ concept wakes_through_scheduler = requires {
 /// The op of a fiber whose awaiter already suspended (see above): the root
 /// only suspends.
 [[nodiscard]] fiber_await_op& suspended_op() noexcept;
-
-template <class A>
-concept has_member_co_await = requires(A&& a) {
-  std::forward<A>(a).operator co_await();
-};
-template <class A>
-concept has_free_co_await = requires(A&& a) {
-  operator co_await(std::forward<A>(a));
-};
-
-/// The awaiter of `a`: its operator co_await's result, or `a` itself.
-template <class A>
-decltype(auto) get_awaiter(A&& a) {
-  if constexpr (has_member_co_await<A>) {
-    return std::forward<A>(a).operator co_await();
-  } else if constexpr (has_free_co_await<A>) {
-    return operator co_await(std::forward<A>(a));
-  } else {
-    return std::forward<A>(a);
-  }
-}
 
 template <class Aw>
 std::coroutine_handle<> fiber_suspend_thunk(fiber_await_op* op,

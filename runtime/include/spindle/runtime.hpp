@@ -58,6 +58,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "spindle/awaitable.hpp"
 #include "spindle/detail/blocking_job.hpp"
 #include "spindle/detail/task_header.hpp"
 #include "spindle/join_handle.hpp"
@@ -168,6 +169,18 @@ class runtime {
     return handle.take();
   }
 
+  /// Runs any other awaitable to completion (a sleep_for, a join_handle, a
+  /// when_any, a user's awaiter): block_on of a task that co_awaits it
+  /// (spindle/awaitable.hpp). `a` is used by reference: it lives until this
+  /// returns. A non-awaitable argument fails to compile with a message.
+  template <class A>
+  requires(!detail::is_task_v<std::remove_cvref_t<A>>) decltype(auto) block_on(A&& a) {
+    static_assert(awaitable<A>,
+                  "spindle::runtime::block_on: the argument is not awaitable (no "
+                  "await_ready/await_suspend/await_resume and no operator co_await)");
+    return block_on(detail::await_as_task<A&&>(std::forward<A>(a)));
+  }
+
   /// Spawns `t` from any thread; it runs on the workers. An empty task
   /// throws std::system_error(std::errc::invalid_argument).
   template <class T>
@@ -178,6 +191,19 @@ class runtime {
                               "spindle: spawn of an empty task");
     }
     return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise())};
+  }
+
+  /// Spawns any other awaitable as a task that co_awaits it; `a` is moved
+  /// (or copied) into the task. A non-awaitable or immovable argument fails
+  /// to compile with a message.
+  template <class A>
+  requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(A&& a) {
+    static_assert(awaitable<A>,
+                  "spindle::runtime::spawn: the argument is not awaitable (no "
+                  "await_ready/await_suspend/await_resume and no operator co_await)");
+    static_assert(std::is_constructible_v<std::decay_t<A>, A&&>,
+                  "spindle::runtime::spawn: the awaitable must be movable into the task");
+    return spawn(detail::await_as_task<std::decay_t<A>>(std::forward<A>(a)));
   }
 
   /// Runs `fn()` on the blocking pool (see the file comment) from any
@@ -235,6 +261,18 @@ join_handle<T> spawn(task<T> t) {
                             "spindle: spawn of an empty task");
   }
   return join_handle<T>{detail::spawn_root(sched, frame, &frame.promise())};
+}
+
+/// spawn of any other awaitable on the runtime of the calling thread, as
+/// runtime::spawn(a) does.
+template <class A>
+requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(A&& a) {
+  static_assert(awaitable<A>,
+                "spindle::spawn: the argument is not awaitable (no "
+                "await_ready/await_suspend/await_resume and no operator co_await)");
+  static_assert(std::is_constructible_v<std::decay_t<A>, A&&>,
+                "spindle::spawn: the awaitable must be movable into the task");
+  return spawn(detail::await_as_task<std::decay_t<A>>(std::forward<A>(a)));
 }
 
 /// runtime::spawn_blocking on the runtime of the calling thread: a worker, a

@@ -58,11 +58,15 @@ namespace detail {
 
 }  // namespace detail
 
-/// The awaiter of sleep_for / sleep_until. Not copyable once awaited.
+/// The awaiter of sleep_for / sleep_until. Movable before it is awaited (so
+/// that spawn(sleep_for(d)) can move it into a task), never copyable.
 class [[nodiscard]] sleep_awaiter {
  public:
   explicit sleep_awaiter(std::chrono::steady_clock::time_point deadline) noexcept
       : deadline_(deadline) {}
+  /// Only before it is awaited: an armed awaiter is in a timer wheel by
+  /// address (and its task is suspended, so nobody can move it then).
+  sleep_awaiter(sleep_awaiter&& other) noexcept : deadline_(other.deadline_) {}
   sleep_awaiter(sleep_awaiter const&) = delete;
   sleep_awaiter& operator=(sleep_awaiter const&) = delete;
   ~sleep_awaiter() {

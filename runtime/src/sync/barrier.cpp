@@ -19,6 +19,28 @@ bool barrier::blocking_arrive_and_wait() {
   return waiter.leader;
 }
 
+std::ptrdiff_t barrier::expected() const {
+  std::lock_guard<std::mutex> guard(state_lock_);
+  return expected_;
+}
+
+void barrier::arrive_and_drop() {
+  detail::wake_batch wakes;  // declared first: wakes after the lock is released
+  std::lock_guard<std::mutex> guard(state_lock_);
+  if (expected_ == 0) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle: barrier::arrive_and_drop with no participant left");
+  }
+  --expected_;
+  // This arrival counts in the current phase, which now needs one fewer: the
+  // waiters alone complete it when they are `expected_` of them.
+  if (arrived_ == 0 || arrived_ < expected_) return;
+  arrived_ = 0;
+  ++phase_;
+  if (auto* first = detail::grant_front<node>(waiters_, wakes)) first->leader = true;
+  detail::grant_all<node>(waiters_, wakes);
+}
+
 std::uint64_t barrier::phase() const {
   std::lock_guard<std::mutex> guard(state_lock_);
   return phase_;
