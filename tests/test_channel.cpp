@@ -21,6 +21,7 @@
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/task.hpp"
+#include "spindle/time.hpp"
 
 namespace {
 
@@ -46,6 +47,79 @@ bool finished_normally(join_handle<T>& h) {
   } catch (spindle::task_cancelled const&) {
     return false;
   }
+}
+
+// --- make_channel: sender/receiver handles (Tokio mpsc closing) ----------------
+
+task<int> produce(spindle::sender<int> tx, int from, int n) {
+  for (int i = 0; i < n; ++i)
+    co_await tx.send(from + i);
+  co_return n;
+}  // this copy of the sender goes away here
+
+task<long> consume_all(spindle::receiver<int>* rx) {
+  long sum = 0;
+  while (std::optional<int> v = co_await rx->recv())
+    sum += *v;
+  co_return sum;
+}
+
+TEST(MakeChannel, TheLastSenderGoneEndsTheReceiverAfterTheDrain) {
+  spindle::runtime rt{{.workers = 2}};
+  auto [tx, rx] = spindle::make_channel<int>(4);
+  join_handle<long> sum = rt.spawn(consume_all(&rx));
+  std::vector<join_handle<int>> producers;
+  for (int p = 0; p < 4; ++p)
+    producers.push_back(rt.spawn(produce(tx, p * 1000, 250)));  // copies of tx
+  { auto dropped = std::move(tx); }  // the original goes too: only the producers hold one
+  for (auto& h : producers)
+    EXPECT_EQ(spindle_test::wait_and_take(h), 250);
+  // A finished task's frame, and the sender copy in it, lives until its
+  // join handle goes: the channel ends only now.
+  producers.clear();
+  long expected = 0;
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 250; ++i)
+      expected += p * 1000 + i;
+  EXPECT_EQ(spindle_test::wait_and_take(sum), expected) << "every value, then the end";
+}
+
+TEST(MakeChannel, TheReceiverGoneFailsTheSenders) {
+  spindle::runtime rt{{.workers = 2}};
+  auto [tx, rx] = spindle::make_channel<std::string>(1);
+  EXPECT_TRUE(tx.try_send(std::string("buffered")));
+  // A sender waits (the buffer is full) when the receiver goes away.
+  auto blocked = [](spindle::sender<std::string> tx) -> task<int> {
+    try {
+      co_await tx.send("waits");
+    } catch (spindle::channel_closed const&) {
+      co_return 1;
+    }
+    co_return 0;
+  };
+  join_handle<int> h = rt.spawn(blocked(tx));
+  ASSERT_TRUE(wait_until([&] { return !h.is_finished(); }));
+  std::this_thread::sleep_for(5ms);
+  { auto gone = std::move(rx); }
+  EXPECT_EQ(spindle_test::wait_and_take(h), 1);
+  EXPECT_TRUE(tx.is_closed());
+  EXPECT_FALSE(tx.try_send(std::string("late")));
+  EXPECT_THROW(tx.blocking_send("late"), spindle::channel_closed);
+}
+
+TEST(MakeChannel, CapacityZeroIsUnbounded) {
+  auto [tx, rx] = spindle::make_channel<int>(0);
+  for (int i = 0; i < 100'000; ++i)
+    ASSERT_TRUE(tx.try_send(i)) << "an unbounded channel never refuses";
+  spindle::sender<int> copy = tx;
+  { auto a = std::move(tx); }
+  EXPECT_FALSE(rx.try_recv() == std::nullopt);
+  { auto b = std::move(copy); }  // the last sender: the rest drains, then ends
+  int n = 1;
+  while (rx.try_recv())
+    ++n;
+  EXPECT_EQ(n, 100'000);
+  EXPECT_EQ(rx.blocking_recv(), std::nullopt);
 }
 
 TEST(Channel, ValuesArriveInSendOrder) {

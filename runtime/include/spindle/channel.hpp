@@ -56,11 +56,24 @@
 // when it is destroyed. One lock (std::mutex) guards the buffer and the wait
 // lists; wakes are issued after it is released.
 //
+// Handles: make_channel<T>(capacity) returns {sender<T>, receiver<T>} over
+// one channel<T> they share (std::shared_ptr), with Tokio mpsc's implicit
+// closing: senders are copyable and the channel closes for the receiver when
+// the last sender is destroyed (the receiver drains what is buffered, then
+// gets std::nullopt); the receiver is move-only and its destruction closes
+// the channel for the senders (sends throw channel_closed; buffered values
+// are destroyed with the last handle). capacity 0 means unbounded here, as
+// Tokio's unbounded_channel (channel<T>{0} is a rendezvous channel). A
+// sender passed to a coroutine lives in its frame, which a spawned task
+// keeps until its join handle is destroyed (a detached task: until it
+// finishes): drop the handles of finished producers to end the receiver.
+//
 // Design source: Tokio's mpsc (bounded back-pressure, close/drain
 // semantics), Go's hchan (direct hand-off to a waiting receiver, rendezvous
 // at capacity 0), cppcoro's awaiter-as-wait-node.
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
@@ -447,5 +460,129 @@ class channel {
   std::size_t in_flight_ = 0;  ///< values handed to tasks that have not resumed yet
   bool closed_ = false;
 };
+
+// ------------------------------------------------------------ handles
+
+namespace detail {
+/// What a sender/receiver pair shares: the channel and the sender count.
+template <class T>
+struct channel_handles_state {
+  explicit channel_handles_state(std::size_t capacity)
+      : ch(capacity == 0 ? channel<T>::unbounded_capacity : capacity) {}
+  channel<T> ch;
+  std::atomic<std::size_t> senders{1};
+};
+}  // namespace detail
+
+template <class T>
+class sender;
+template <class T>
+class receiver;
+template <class T>
+[[nodiscard]] std::pair<sender<T>, receiver<T>> make_channel(std::size_t capacity);
+
+/// The sending handle of make_channel: copyable; the last copy destroyed
+/// closes the channel for the receiver. Any thread.
+template <class T>
+class sender {
+ public:
+  /// An empty handle (moved-from state); using it is undefined.
+  sender() noexcept = default;
+  sender(sender const& other) noexcept : state_(other.state_) {
+    if (state_) state_->senders.fetch_add(1, std::memory_order_relaxed);
+  }
+  sender(sender&& other) noexcept = default;
+  sender& operator=(sender const& other) noexcept {
+    if (this != &other) {
+      release();
+      state_ = other.state_;
+      if (state_) state_->senders.fetch_add(1, std::memory_order_relaxed);
+    }
+    return *this;
+  }
+  sender& operator=(sender&& other) noexcept {
+    if (this != &other) {
+      release();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  ~sender() { release(); }
+
+  /// `co_await tx.send(v)`: as channel<T>::send; throws channel_closed once
+  /// the receiver is gone.
+  [[nodiscard]] auto send(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return state_->ch.send(std::move(v));
+  }
+  [[nodiscard]] bool try_send(T&& v) { return state_->ch.try_send(std::move(v)); }
+  [[nodiscard]] bool try_send(T const& v) requires std::copy_constructible<T> {
+    return state_->ch.try_send(v);
+  }
+  /// For plain threads (see channel<T>::blocking_send).
+  void blocking_send(T v) { state_->ch.blocking_send(std::move(v)); }
+  /// True once the receiver is gone (sends fail).
+  [[nodiscard]] bool is_closed() const noexcept { return state_->ch.is_closed(); }
+
+ private:
+  friend std::pair<sender<T>, receiver<T>> make_channel<T>(std::size_t capacity);
+  explicit sender(std::shared_ptr<detail::channel_handles_state<T>> state) noexcept
+      : state_(std::move(state)) {}
+  void release() noexcept {
+    if (state_ && state_->senders.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      state_->ch.close();  // the last sender: the receiver drains, then sees the end
+    }
+    state_.reset();
+  }
+
+  std::shared_ptr<detail::channel_handles_state<T>> state_;
+};
+
+/// The receiving handle of make_channel: move-only; its destruction closes
+/// the channel for the senders. Any thread.
+template <class T>
+class receiver {
+ public:
+  receiver() noexcept = default;
+  receiver(receiver&&) noexcept = default;
+  receiver& operator=(receiver&& other) noexcept {
+    if (this != &other) {
+      release();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  receiver(receiver const&) = delete;
+  receiver& operator=(receiver const&) = delete;
+  ~receiver() { release(); }
+
+  /// `co_await rx.recv()` yields the next value, or std::nullopt once every
+  /// sender is gone and the buffer is drained.
+  [[nodiscard]] auto recv() noexcept { return state_->ch.recv(); }
+  [[nodiscard]] std::optional<T> try_recv() { return state_->ch.try_recv(); }
+  /// For plain threads (see channel<T>::blocking_recv).
+  [[nodiscard]] std::optional<T> blocking_recv() { return state_->ch.blocking_recv(); }
+  /// Closes the channel early (senders fail from now on; what is buffered
+  /// can still be received).
+  void close() noexcept { state_->ch.close(); }
+
+ private:
+  friend std::pair<sender<T>, receiver<T>> make_channel<T>(std::size_t capacity);
+  explicit receiver(std::shared_ptr<detail::channel_handles_state<T>> state) noexcept
+      : state_(std::move(state)) {}
+  void release() noexcept {
+    if (state_) state_->ch.close();
+    state_.reset();
+  }
+
+  std::shared_ptr<detail::channel_handles_state<T>> state_;
+};
+
+/// A channel with Tokio mpsc handles: `auto [tx, rx] = make_channel<int>(16);`
+/// `capacity` values are buffered (0: unbounded). Throws std::bad_alloc.
+template <class T>
+std::pair<sender<T>, receiver<T>> make_channel(std::size_t capacity) {
+  auto state = std::make_shared<detail::channel_handles_state<T>>(capacity);
+  return {sender<T>{state}, receiver<T>{std::move(state)}};
+}
 
 }  // namespace spindle
