@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -111,6 +112,61 @@ TEST(TaskGroup, FirstExceptionAbortsSiblingsAndIsRethrownAtJoin) {
     };
     EXPECT_EQ(rt.block_on(outer(&c)), 5) << workers << " workers";
   }
+}
+
+TEST(TaskGroup, StopTokenIsStoppedByAFailureAndFreshAfterJoin) {
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  auto outer = [](counts* cp) -> task<int> {
+    task_group g;
+    std::stop_token const token = g.get_stop_token();
+    EXPECT_TRUE(token.stop_possible());
+    EXPECT_FALSE(token.stop_requested());
+    std::atomic<int> callbacks{0};
+    std::stop_callback cb(token, [&callbacks] { callbacks.fetch_add(1); });
+    g.spawn(park_forever(cp));
+    g.spawn(throw_after_yields(7, 2));
+    int code = -1;
+    try {
+      co_await g.join();
+    } catch (custom_error const& e) {
+      code = e.code;
+    }
+    EXPECT_TRUE(token.stop_requested()) << "the failure requested stop";
+    EXPECT_EQ(callbacks.load(), 1);
+    // Reused after join: a fresh token; the old one stays stopped.
+    std::stop_token const fresh = g.get_stop_token();
+    EXPECT_FALSE(fresh.stop_requested());
+    g.spawn(spindle_test::value_of(1));
+    co_await g.join();
+    EXPECT_FALSE(fresh.stop_requested()) << "a clean join stops nothing";
+    co_return code;
+  };
+  EXPECT_EQ(rt.block_on(outer(&c)), 7);
+  EXPECT_EQ(c.alive(), 0);
+}
+
+TEST(TaskGroup, StopTokenIsStoppedByAbortAllAndByDestruction) {
+  spindle::runtime rt{{.workers = 2}};
+  counts c;
+  auto body = [](counts* cp) -> task<bool> {
+    std::stop_token by_destruction;
+    {
+      task_group g;
+      g.spawn(park_forever(cp));
+      std::stop_token const t = g.get_stop_token();
+      g.abort_all();
+      EXPECT_TRUE(t.stop_requested());
+      co_await g.join();  // aborted children are not errors
+      task_group h;
+      h.spawn(park_forever(cp));
+      by_destruction = h.get_stop_token();
+      EXPECT_FALSE(by_destruction.stop_requested());
+    }  // h destroyed unjoined
+    co_return by_destruction.stop_requested();
+  };
+  EXPECT_TRUE(rt.block_on(body(&c)));
+  EXPECT_EQ(c.alive(), 0);
 }
 
 TEST(TaskGroup, FailureAbortsSiblingsBeforeJoinIsAwaited) {

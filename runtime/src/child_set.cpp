@@ -55,6 +55,7 @@ void child_set::on_complete(join_waiter* w) noexcept {
   // The completing thread wrote these before publishing COMPLETE.
   bool failed = t->cancelled_before_finish || t->root_promise()->has_exception();
   task_header* wake_task = nullptr;
+  std::stop_source to_stop{std::nostopstate};
   {
     std::lock_guard lock(set->mutex_);
     set->unlink_pending(n);
@@ -65,13 +66,16 @@ void child_set::on_complete(join_waiter* w) noexcept {
     if (failed && set->first_failed_ == npos) set->first_failed_ = n->index;
     if (!set->aborting_ && (failed || set->policy_ == abort_policy::on_first_done)) {
       set->abort_pending_locked();
+      to_stop = set->stop_;  // a copy: it keeps the stop state alive past the set
     }
     if (set->waiting_ != nullptr && set->satisfied()) {
       wake_task = std::exchange(set->waiting_, nullptr);
     }
   }
   // Nothing of the set or the node is touched from here on: the owner may
-  // free both as soon as it sees `done`.
+  // free both as soon as it sees `done`. The stop callbacks run here,
+  // outside the lock (they may spawn into or abort the group).
+  if (to_stop.stop_possible()) to_stop.request_stop();
   if (wake_task != nullptr) wake(wake_task);
 }
 
@@ -120,10 +124,20 @@ bool child_set::awaiter::await_suspend(std::coroutine_handle<> caller) {
 }
 
 void child_set::abort_pending() noexcept {
-  // join_handle::abort never completes the child on this thread (a worker's
-  // poll destroys it), so the lock can be held.
+  std::stop_source to_stop{std::nostopstate};
+  {
+    // join_handle::abort never completes the child on this thread (a
+    // worker's poll destroys it), so the lock can be held.
+    std::lock_guard lock(mutex_);
+    abort_pending_locked();
+    to_stop = stop_;
+  }
+  if (to_stop.stop_possible()) to_stop.request_stop();
+}
+
+std::stop_token child_set::stop_token() noexcept {
   std::lock_guard lock(mutex_);
-  abort_pending_locked();
+  return stop_.get_token();
 }
 
 void child_set::abort_pending_locked() noexcept {
@@ -166,9 +180,15 @@ bool child_set::aborting() noexcept {
 }
 
 void child_set::reset() noexcept {
-  std::lock_guard lock(mutex_);
-  first_done_ = first_failed_ = npos;
-  aborting_ = false;
+  std::stop_source old{std::nostopstate};
+  {
+    std::lock_guard lock(mutex_);
+    first_done_ = first_failed_ = npos;
+    aborting_ = false;
+    if (stop_.stop_possible() && stop_.stop_requested()) {
+      old = std::exchange(stop_, std::stop_source{});  // reused after a stop: a fresh one
+    }
+  }
 }
 
 namespace {
@@ -206,11 +226,14 @@ void abort_and_reap(task_header* task) noexcept {
 }
 
 void child_set::close() noexcept {
+  std::stop_source to_stop{std::nostopstate};
   {
     std::lock_guard lock(mutex_);
     closed_ = true;
     aborting_ = true;
+    to_stop = stop_;
   }
+  if (to_stop.stop_possible()) to_stop.request_stop();
   int spins = 0;
   for (;;) {
     node* n = nullptr;

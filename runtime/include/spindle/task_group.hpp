@@ -34,6 +34,11 @@
 // shutdown) it is left to that I/O's completion, which destroys it. Results
 // and exceptions of unjoined children are dropped silently.
 //
+// Stop token: get_stop_token() is stopped when the group aborts its children
+// (a child's failure, abort_all(), destruction unjoined), for code that
+// polls cancellation or registers std::stop_callbacks rather than being
+// aborted (blocking jobs, other runtimes, threads).
+//
 // Errors: spawn() throws std::system_error(std::errc::invalid_argument) for
 // an empty task, an empty join handle (default-constructed or moved-from) or
 // one whose result was already taken, and, for a task,
@@ -58,6 +63,7 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <stop_token>
 #include <utility>
 
 #include "spindle/detail/child_set.hpp"
@@ -68,7 +74,8 @@ namespace spindle {
 
 class task_group {
  public:
-  task_group() noexcept : set_(detail::child_set::abort_policy::on_failure) {}
+  /// Throws std::bad_alloc (the stop state).
+  task_group() : set_(detail::child_set::abort_policy::on_failure) { set_.enable_stop_source(); }
   /// Aborts the children and waits for their frames (see the file comment).
   ~task_group();
   task_group(task_group const&) = delete;
@@ -100,6 +107,14 @@ class task_group {
   /// Aborts every child that has not finished (they are not errors for
   /// join()). Children spawned before join() returns are aborted too.
   void abort_all() noexcept { set_.abort_pending(); }
+
+  /// A token that is stopped when the group aborts its children: the first
+  /// failure, abort_all(), or destruction without join. Children (and
+  /// anyone else) may poll it, register std::stop_callbacks on it, or pass
+  /// it to spawn(t, token). After join() returns or throws, a group whose
+  /// token was stopped gets a fresh stop source (earlier tokens stay
+  /// stopped). Any thread.
+  [[nodiscard]] std::stop_token get_stop_token() noexcept { return set_.stop_token(); }
 
   /// Children that have not finished yet.
   [[nodiscard]] std::size_t size() noexcept { return set_.pending_count(); }

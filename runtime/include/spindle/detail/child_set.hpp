@@ -37,6 +37,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -122,8 +123,16 @@ class child_set {
   /// True after abort_pending() (until reset()).
   [[nodiscard]] bool aborting() noexcept;
   /// Forgets the first done / failed indices and the aborting state (the
-  /// done list and pending children are kept).
+  /// done list and pending children are kept); a stop source that was
+  /// requested is replaced by a fresh one.
   void reset() noexcept;
+
+  /// Gives the set a stop source (task_group): every abort of the pending
+  /// children (a failure, abort_pending(), close()) requests stop on it,
+  /// outside the lock. Call before the first watch.
+  void enable_stop_source() { stop_ = std::stop_source{}; }
+  /// A token of that stop source (a token that never stops without one).
+  [[nodiscard]] std::stop_token stop_token() noexcept;
 
   /// Refuses further watches, aborts every pending child and returns once
   /// none is pending and no completion touches the set any more (see the
@@ -149,7 +158,8 @@ class child_set {
   abort_policy policy_;
   bool aborting_ = false;
   bool closed_ = false;
-  task_header* waiting_ = nullptr;  ///< the parent, while suspended in wait_all()
+  task_header* waiting_ = nullptr;           ///< the parent, while suspended in wait_all()
+  std::stop_source stop_{std::nostopstate};  ///< see enable_stop_source
 };
 
 /// Aborts `task` and returns once its frame is destroyed (on this thread
