@@ -271,8 +271,12 @@ def ninja_targets():
 
 
 def build_cxx_peer(name, target, status):
-    if target not in ninja_targets():
-        status[name] = "not built: its library was not found by meson (see tools/install-bench-deps)"
+    """Builds the Meson target `target` of build-bench/ (a C++ peer, or a
+    spindle program of the net section); None with the reason in
+    status[name] when this tree or configuration does not have it."""
+    if target + ":" not in ninja_targets():
+        status[name] = (f"not built: no Meson target {target} (a peer's library not found: "
+                        "see tools/install-bench-deps)")
         return None
     try:
         run(["ninja", "-C", str(BUILD), target])
@@ -349,26 +353,6 @@ def build_tokio_net(status):
     if release is None:
         return None, None
     return release / "spindle-peer-hyper", release / "spindle-peer-tokio-echo"
-
-
-def build_spindle_program(name, targets, status):
-    """A spindle program of the net section (spindle-http, spindle-resp, the
-    echo server): built when this tree has one of its Meson targets (the
-    first of `targets` found: examples/http/spindle-http or
-    examples/spindle-http, depending on which meson.build defines it), else
-    None."""
-    known = set(ninja_targets().split())
-    target = next((t for t in targets if t + ":" in known), None)
-    if target is None:
-        status[name] = f"not built: no {targets[0]} in this tree"
-        return None
-    try:
-        run(["ninja", "-C", str(BUILD), target])
-    except RuntimeError as e:
-        status[name] = f"build failed: {e}"
-        return None
-    status[name] = "built"
-    return BUILD / target
 
 
 def build_go(status):
@@ -1049,11 +1033,9 @@ def net(cfg, res, status, out_dir):
     out_dir = out_dir / "net"
     out_dir.mkdir(parents=True, exist_ok=True)
     w = str(cfg.workers)
-    http_exe = build_spindle_program(
-        "spindle-http", ["examples/http/spindle-http", "examples/spindle-http"], status)
-    resp_exe = build_spindle_program(
-        "spindle-resp", ["examples/resp/spindle-resp", "examples/spindle-resp"], status)
-    echo_exe = build_spindle_program("spindle-echo", ["bench/net_echo_server"], status)
+    http_exe = build_cxx_peer("spindle-http", "examples/spindle-http", status)
+    resp_exe = build_cxx_peer("spindle-resp", "examples/spindle-resp", status)
+    echo_exe = build_cxx_peer("spindle-echo", "bench/net_echo_server", status)
     asio = build_cxx_peer("boost-asio-net", "bench/peers/asio_net_peer", status)
     client = build_cxx_peer("net_echo_client", "bench/peers/net_echo_client", status)
     hyper, tokio_echo = build_tokio_net(status)

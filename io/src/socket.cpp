@@ -160,16 +160,14 @@ int send_now(int fd, void const* data, std::size_t len, msghdr const* msg) noexc
   return r < 0 ? -errno : static_cast<int>(r);
 }
 
-/// One send of at most `len` bytes (or of `msg`): first on this thread
-/// without blocking; when the socket buffer is full, through the ring's
-/// SEND/SENDMSG or a readiness wait. Yields the bytes sent.
-task<std::size_t> send_some(int fd, void const* data, std::size_t len, msghdr* msg) {
-  int r = send_now(fd, data, len, msg);
-  if (r >= 0) co_return static_cast<std::size_t>(r);
+/// One send of at most `len` bytes (or of `msg`) after a non-blocking send
+/// answered EAGAIN (the socket buffer is full): through the ring's
+/// SEND/SENDMSG, or a readiness wait and a retry. Yields the bytes sent.
+task<std::size_t> send_when_writable(int fd, void const* data, std::size_t len, msghdr* msg) {
+  char const* const what = msg != nullptr ? "send_to" : "write";
   bool const ring = on_ring(msg != nullptr ? op_code::sendmsg : op_code::send);
   for (;;) {
-    if (r >= 0) co_return static_cast<std::size_t>(r);
-    if (r != -EAGAIN) throw_errno(-r, msg != nullptr ? "send_to" : "write");
+    int r = -EAGAIN;
     if (ring) {
       // (Not a conditional expression around two co_awaits: docs/compilers.md.)
       if (msg != nullptr) {
@@ -179,10 +177,13 @@ task<std::size_t> send_some(int fd, void const* data, std::size_t len, msghdr* m
                              clamp_length(len));
       }
       if (r == -EINTR) r = -EAGAIN;
-      if (r != -EAGAIN) continue;
     }
-    check_readiness(co_await readiness(fd, POLLOUT), "write");
-    r = send_now(fd, data, len, msg);
+    if (r == -EAGAIN) {
+      check_readiness(co_await readiness(fd, POLLOUT), what);
+      r = send_now(fd, data, len, msg);
+    }
+    if (r >= 0) co_return static_cast<std::size_t>(r);
+    if (r != -EAGAIN) throw_errno(-r, what);
   }
 }
 
@@ -307,7 +308,7 @@ task<std::size_t> stream_socket::write_all(std::span<std::byte const> data) {
     if (r >= 0) {
       done += static_cast<std::size_t>(r);
     } else if (r == -EAGAIN) {
-      done += co_await send_some(fd, data.data() + done, data.size() - done, nullptr);
+      done += co_await send_when_writable(fd, data.data() + done, data.size() - done, nullptr);
     } else {
       throw_errno(-r, "write");
     }
@@ -393,7 +394,10 @@ task<std::size_t> udp_socket::send_to(std::span<std::byte const> data, endpoint 
   msg.msg_namelen = to.size();
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  co_return co_await send_some(fd, nullptr, 0, &msg);
+  int const r = send_now(fd, nullptr, 0, &msg);
+  if (r >= 0) co_return static_cast<std::size_t>(r);
+  if (r != -EAGAIN) throw_errno(-r, "send_to");
+  co_return co_await send_when_writable(fd, nullptr, 0, &msg);
 }
 
 task<receive_result> udp_socket::receive_from(std::span<std::byte> buffer) {

@@ -104,11 +104,6 @@ void threadpool_driver::unpark(std::size_t) noexcept {}
 
 bool threadpool_driver::submit(io_op& op) noexcept {
   if (op.code == op_code::poll) return submit_poll(op);
-  if (op.code != op_code::openat && op.code != op_code::statx && op.code != op_code::read &&
-      op.code != op_code::write && op.code != op_code::close) {
-    op.result = -ENOSYS;  // socket calls are made by net.cpp, never queued here
-    return false;
-  }
   {
     std::lock_guard lock(mutex_);
     if (stopping_.load(std::memory_order_relaxed)) {
@@ -205,7 +200,7 @@ int threadpool_driver::execute(io_op& op, int wake_fd) noexcept {
       r = ::close(op.fd);
       if (r < 0 && errno == EINTR) r = 0;  // Linux has released the descriptor anyway
       break;
-    default:  // socket ops: submit() refuses them
+    default:  // socket calls: socket.cpp makes them itself, never submits them here
       return -ENOSYS;
   }
   return r < 0 ? -errno : static_cast<int>(r);
@@ -367,15 +362,15 @@ bool threadpool_driver::submit_poll(io_op& op) noexcept {
     op.result = -ECANCELED;
     return false;
   }
-  op_links::push_front(waiters_[op.fd], &op);
+  auto const it = waiters_.try_emplace(op.fd).first;
+  op_links::push_front(it->second, &op);
   op.queued = true;
+  // op.flags is never 0, so rearm keeps the entry: `it` stays valid.
   if (int const err = rearm(op.fd); err != 0) {
     // EBADF, EPERM (a regular file), ENOMEM, ENOSPC (max_user_watches).
-    io_op* list = waiters_[op.fd];
-    op_links::unlink(list, &op);
-    waiters_[op.fd] = list;
+    op_links::unlink(it->second, &op);
     op.queued = false;
-    if (list == nullptr) waiters_.erase(op.fd);
+    if (it->second == nullptr) waiters_.erase(it);
     op.result = -err;
     return false;
   }

@@ -84,9 +84,6 @@ SPINDLE_COROUTINE_TEMPLATE task<await_result_t<A>> await_as_task(A a) {
   }
 }
 
-template <class A>
-inline constexpr bool not_awaitable_v = !awaitable<A>;
-
 }  // namespace detail
 
 }  // namespace spindle
