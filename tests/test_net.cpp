@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -436,6 +438,179 @@ TEST_P(NetTest, RuntimeShutdownWithConnectionsOpen) {
     std::this_thread::sleep_for(20ms);  // 4 tasks reading, 4 in accept
   }
   EXPECT_EQ(count_fds(), before) << "descriptors leaked";
+}
+
+// --- the listener's accept queue (multishot ACCEPT on io_uring) ------------------
+
+std::size_t count_fds() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] auto const& e : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
+/// A blocking client socket connected to `to` (the kernel's backlog
+/// completes the handshake whether or not anyone accepts yet).
+int connect_plain(endpoint const& to) {
+  int fd = ::socket(to.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::connect(fd, to.data(), to.size()), 0) << std::strerror(errno);
+  return fd;
+}
+
+/// Accepts `n` connections; each sends its index (4 bytes). Yields the
+/// indices in the order accepted.
+task<std::vector<std::uint32_t>> accept_indexed(tcp_listener* l, std::size_t n) {
+  std::vector<std::uint32_t> seen;
+  for (std::size_t i = 0; i < n; ++i) {
+    tcp_stream s = co_await l->accept();
+    std::uint32_t index = 0;
+    co_await s.read_exact(std::as_writable_bytes(std::span(&index, 1)));
+    seen.push_back(index);
+  }
+  co_return seen;
+}
+
+TEST_P(NetTest, ConnectionsMadeBetweenAcceptsAreAllAccepted) {
+  // 300 connections arrive while one accept() waits and the server is busy
+  // elsewhere: on io_uring the multishot ACCEPT queues them (past 256 it is
+  // cancelled and the kernel's backlog keeps the rest), then every one is
+  // accepted exactly once.
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  constexpr std::uint32_t n = 300;
+  auto first = rt.spawn(accept_indexed(&l, 1));
+  std::vector<int> clients;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    clients.push_back(connect_plain(l.local_endpoint()));
+    ASSERT_EQ(::send(clients.back(), &i, sizeof i, MSG_NOSIGNAL), 4);
+  }
+  std::vector<std::uint32_t> seen = rt.block_on(std::move(first));
+  auto rest = rt.block_on(accept_indexed(&l, n - 1));
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::uint32_t> all(n);
+  std::iota(all.begin(), all.end(), 0u);
+  EXPECT_EQ(seen, all);
+  for (int fd : clients)
+    ::close(fd);
+}
+
+task<void> accept_from_many_tasks(tcp_listener* l, std::size_t tasks, std::size_t per_task) {
+  std::vector<join_handle<std::vector<std::uint32_t>>> acceptors;
+  for (std::size_t t = 0; t < tasks; ++t)
+    acceptors.push_back(spindle::spawn(accept_indexed(l, per_task)));
+  std::vector<std::uint32_t> seen;
+  for (auto& a : acceptors) {
+    auto part = co_await a;
+    seen.insert(seen.end(), part.begin(), part.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::uint32_t> all(tasks * per_task);
+  std::iota(all.begin(), all.end(), 0u);
+  EXPECT_EQ(seen, all);
+}
+
+TEST_P(NetTest, ManyAcceptorsOnBothWorkersShareOneListener) {
+  runtime rt{config()};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  constexpr std::size_t tasks = 8;
+  constexpr std::size_t per_task = 25;
+  std::thread clients([at = l.local_endpoint()] {
+    for (std::uint32_t i = 0; i < tasks * per_task; ++i) {
+      int fd = connect_plain(at);
+      EXPECT_EQ(::send(fd, &i, sizeof i, MSG_NOSIGNAL), 4);
+      ::close(fd);  // the 4 bytes stay readable after the close
+    }
+  });
+  rt.block_on(accept_from_many_tasks(&l, tasks, per_task));
+  clients.join();
+}
+
+/// The io_uring SQEs this process's rings have consumed so far (the
+/// kernel's SqHead of every ring, from /proc/self/fdinfo).
+std::uint64_t sqes_consumed() {
+  std::uint64_t total = 0;
+  for (auto const& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string() != "anon_inode:[io_uring]") continue;
+    FILE* f = std::fopen(("/proc/self/fdinfo/" + e.path().filename().string()).c_str(), "r");
+    if (f == nullptr) continue;
+    char line[256];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      unsigned long long head = 0;
+      if (std::sscanf(line, "SqHead: %llu", &head) == 1) total += head;
+    }
+    std::fclose(f);
+  }
+  return total;
+}
+
+task<void> accept_and_close(tcp_listener* l, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    (void)co_await l->accept();
+}
+
+TEST_P(NetTest, MultishotAcceptTakesManyConnectionsFromOneSqe) {
+  if (GetParam() != io_backend::uring) GTEST_SKIP() << "an io_uring feature";
+  utsname u{};
+  int major = 0;
+  int minor = 0;
+  ASSERT_EQ(::uname(&u), 0);
+  ASSERT_EQ(std::sscanf(u.release, "%d.%d", &major, &minor), 2);
+  if (major < 5 || (major == 5 && minor < 19)) GTEST_SKIP() << "multishot ACCEPT needs 5.19";
+  if (char const* env = std::getenv("SPINDLE_NET_MULTISHOT"); env && std::strcmp(env, "0") == 0)
+    GTEST_SKIP() << "SPINDLE_NET_MULTISHOT=0";
+  // One worker, so that no unpark re-arms another worker's eventfd read:
+  // the ring's SQEs are then the multishot ACCEPT and next to nothing else.
+  runtime rt{config(1)};
+  tcp_listener l = tcp_listener::bind(loopback_v4());
+  constexpr std::size_t n = 200;
+  auto server = rt.spawn(accept_and_close(&l, n));
+  std::this_thread::sleep_for(10ms);  // armed (either way the count below holds)
+  std::uint64_t const before = sqes_consumed();
+  for (std::size_t i = 0; i < n; ++i)
+    ::close(connect_plain(l.local_endpoint()));
+  rt.block_on(std::move(server));
+  std::uint64_t const used = sqes_consumed() - before;
+  // A single-shot ACCEPT per connection would consume at least n.
+  EXPECT_LT(used, n / 4) << used << " SQEs for " << n << " accepts";
+}
+
+TEST_P(NetTest, ClosingAListenerReleasesItsQueueAndPort) {
+  std::size_t const fds_before = count_fds();
+  endpoint at;
+  std::vector<int> clients;
+  {
+    runtime rt{config()};
+    tcp_listener l = tcp_listener::bind(loopback_v4());
+    at = l.local_endpoint();
+    clients.push_back(connect_plain(at));
+    (void)rt.block_on(l.accept());  // arms the multishot ACCEPT on io_uring
+    for (int i = 0; i < 5; ++i)
+      clients.push_back(connect_plain(at));
+    std::this_thread::sleep_for(20ms);  // queued by the listener (io_uring) or the kernel
+    l.close();
+    // Nobody listens any more: a new connection is refused, and the port
+    // can be bound again at once.
+    int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(probe, 0);
+    EXPECT_NE(::connect(probe, at.data(), at.size()), 0);
+    EXPECT_EQ(errno, ECONNREFUSED);
+    ::close(probe);
+    tcp_listener again = tcp_listener::bind(at);
+    EXPECT_EQ(again.local_endpoint().port(), at.port());
+  }
+  // The connections queued but never accepted were closed: each client
+  // reads end of stream (or a reset).
+  for (std::size_t i = 1; i < clients.size(); ++i) {
+    char c = 0;
+    ssize_t r = ::recv(clients[i], &c, 1, 0);
+    EXPECT_TRUE(r == 0 || (r < 0 && errno == ECONNRESET)) << r << " " << std::strerror(errno);
+  }
+  for (int fd : clients)
+    ::close(fd);
+  EXPECT_EQ(count_fds(), fds_before) << "descriptors leaked";
 }
 
 // --- descriptor limits ------------------------------------------------------------

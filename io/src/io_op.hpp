@@ -123,6 +123,17 @@ struct io_op {
   /// submit. Thread pool: the pool thread running it (under the pool mutex).
   std::uint32_t home = 0;
   bool queued = false;  ///< thread pool: in the job queue (guarded by its mutex)
+  /// io_uring only: a multishot SQE (accept: IORING_ACCEPT_MULTISHOT). Each
+  /// of its CQEs goes to on_cqe instead of waking `task` (unused); the last
+  /// one (no IORING_CQE_F_MORE) ends it, after which the op may be submitted
+  /// again. Cancelled like any op (cancel()): the final CQE still comes.
+  bool multishot = false;
+  /// A multishot op's completion handler, called on the thread that owns
+  /// the ring: `res` is the CQE's result, `more` false for the op's last CQE.
+  /// `stopping`: the worker is shutting down (res is -ECANCELED or an error:
+  /// descriptors it accepted were closed); wake no task then. The op may be
+  /// freed by the handler of the last CQE.
+  void (*on_cqe)(io_op& op, int res, bool more, bool stopping) noexcept = nullptr;
   /// A cancel_state. Written by the aborting thread and the completing one.
   std::atomic<cancel_state> cancel{cancel_state::none};
   io_op* next = nullptr;  ///< driver list links (queues, in-flight list)

@@ -23,7 +23,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <limits>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -99,11 +103,10 @@ bool accept_retry_now(int err) noexcept {
 constexpr auto accept_backoff_min = std::chrono::milliseconds(1);
 constexpr auto accept_backoff_max = std::chrono::milliseconds(100);
 
-/// Accepts one connection on `listen_fd`; yields the new non-blocking
+/// Accepts one connection on `listen_fd` with one single-shot ACCEPT SQE
+/// (or accept4 and readiness waits) per call; yields the new non-blocking
 /// descriptor.
-task<int> accept_descriptor(int listen_fd) {
-  require_open(listen_fd, "accept");
-  bool const ring = on_ring(op_code::accept);
+task<int> accept_single(int listen_fd, bool ring) {
   auto backoff = accept_backoff_min;
   for (;;) {
     int r;
@@ -126,6 +129,16 @@ task<int> accept_descriptor(int listen_fd) {
       throw_errno(err, "accept");
     }
   }
+}
+
+/// SPINDLE_NET_MULTISHOT=0 turns multishot ACCEPT off (every accept() is
+/// one single-shot SQE), for comparing the two.
+bool multishot_allowed() noexcept {
+  static bool const allowed = [] {
+    char const* env = std::getenv("SPINDLE_NET_MULTISHOT");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return allowed;
 }
 
 /// Connects `fd` to `addr` (which must stay valid until this completes).
@@ -324,6 +337,283 @@ void stream_socket::shutdown_write() {
 
 }  // namespace detail
 
+// ------------------------------------------------------------ accept queue
+
+namespace detail {
+
+/// One accept() waiting for the listener's multishot ACCEPT. Lives in the
+/// waiting task's frame (accept_wait); linked into accept_queue::waiters.
+struct accept_waiter {
+  spindle::detail::task_header* task = nullptr;
+  accept_waiter* next = nullptr;
+  accept_waiter* prev = nullptr;
+  int result = 0;          ///< a descriptor, -errno, or accept_queue::rearm
+  bool linked = false;     ///< in the waiter list (under the queue's mutex)
+  bool delivered = false;  ///< result stored by the queue, wake sent
+};
+
+/// A listener's multishot ACCEPT and what it produced.
+///
+/// The op is armed (submitted) by the first accept() that finds the queue
+/// empty and the op idle, on that task's worker ring. Each CQE carrying a
+/// descriptor goes to the longest-waiting accept() (woken on whatever worker
+/// it waits) or, with none waiting, to `ready`. The op's last CQE (an error
+/// such as EMFILE, a cancellation, or the kernel ending the multishot) is
+/// handed to the first waiter, which acts on the error or, with `rearm`,
+/// arms the op again. The queue is shared by the listener and the armed op
+/// (`refs`) and freed by whichever lets go last: the listener's close()
+/// cancels the op and closes the descriptors nobody took; the op's last CQE
+/// drops the op's share.
+/// Thread-safety: everything but `op` under `mutex`; `op` belongs to the
+/// driver while armed.
+struct accept_queue {
+  /// accept_waiter::result telling the waiter to arm the op again.
+  static constexpr int rearm = std::numeric_limits<int>::min();
+  /// More unaccepted connections than this: the op is cancelled until
+  /// accept() catches up (the kernel's backlog queues the rest).
+  static constexpr std::size_t max_ready = 256;
+
+  explicit accept_queue(int fd) noexcept {
+    op.code = op_code::accept;
+    op.fd = fd;
+    op.flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+    op.multishot = true;
+    op.on_cqe = &accept_queue::on_cqe;
+    op.buffer = this;
+  }
+  ~accept_queue() {
+    for (int fd : ready)
+      ::close(fd);
+  }
+
+  io_op op;
+  std::mutex mutex;
+  std::deque<int> ready;  ///< accepted descriptors nobody took yet
+  accept_waiter* head = nullptr;
+  accept_waiter* tail = nullptr;
+  io::detail::uring_driver* driver = nullptr;  ///< where the op is armed
+  int refs = 1;                                ///< the listener's, +1 while armed
+  bool armed = false;
+  bool paused = false;  ///< cancelled because `ready` is full
+  bool released = false;
+
+  void push(accept_waiter* w) noexcept {
+    w->prev = tail;
+    w->next = nullptr;
+    (tail != nullptr ? tail->next : head) = w;
+    tail = w;
+    w->linked = true;
+  }
+  void unlink(accept_waiter* w) noexcept {
+    (w->prev != nullptr ? w->prev->next : head) = w->next;
+    (w->next != nullptr ? w->next->prev : tail) = w->prev;
+    w->next = w->prev = nullptr;
+    w->linked = false;
+  }
+  /// Gives `result` to the first waiter; returns its task to wake (or null).
+  spindle::detail::task_header* deliver(int result) noexcept {
+    accept_waiter* w = head;
+    if (w == nullptr) return nullptr;
+    unlink(w);
+    w->result = result;
+    w->delivered = true;
+    return w->task;
+  }
+
+  static void on_cqe(io_op& op, int res, bool more, bool stopping) noexcept {
+    auto* q = static_cast<accept_queue*>(op.buffer);
+    spindle::detail::task_header* wake[2] = {nullptr, nullptr};
+    bool pause = false;
+    bool free = false;
+    {
+      std::lock_guard lock(q->mutex);
+      if (res >= 0) {
+        if (q->released) {
+          ::close(res);
+        } else if (q->head != nullptr) {
+          wake[0] = q->deliver(res);
+        } else {
+          q->ready.push_back(res);
+          if (more && !q->paused && q->ready.size() >= max_ready) pause = q->paused = true;
+        }
+      }
+      if (!more) {
+        q->armed = false;
+        q->driver = nullptr;
+        if (!q->released && !stopping) {
+          // The first waiter acts on the error, or arms the op again.
+          wake[1] = q->deliver(res < 0 && res != -ECANCELED ? res : rearm);
+        }
+        free = --q->refs == 0;
+      }
+    }
+    for (auto* t : wake) {
+      if (t != nullptr) spindle::detail::wake(t);
+    }
+    if (pause) q->driver->request_cancel(op);  // still armed: `more`
+    if (free) delete q;
+  }
+};
+
+namespace {
+
+/// Waits for the next descriptor of a listener's accept_queue (arming its
+/// multishot ACCEPT when idle). Yields a descriptor, -errno, or
+/// accept_queue::rearm.
+struct accept_wait {
+  accept_queue* q;
+  io::detail::uring_driver* driver;
+  accept_waiter w{};
+  bool resumed = false;
+
+  accept_wait(accept_queue* queue, io::detail::uring_driver* d) noexcept : q(queue), driver(d) {}
+  accept_wait(accept_wait const&) = delete;
+  accept_wait& operator=(accept_wait const&) = delete;
+  ~accept_wait() {
+    if (resumed) return;
+    // Destroyed without resuming: aborted, or the runtime went away.
+    std::lock_guard lock(q->mutex);
+    if (w.linked) q->unlink(&w);
+    if (w.delivered && w.result >= 0) ::close(w.result);
+  }
+
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> caller) {
+    spindle::detail::task_header* self = spindle::detail::suspend_current(caller);
+    spindle::detail::require_task(self, "spindle::net: accept awaited outside a spindle task");
+    bool arm = false;
+    {
+      std::lock_guard lock(q->mutex);
+      if (!q->ready.empty()) {
+        w.result = q->ready.front();
+        q->ready.pop_front();
+        if (q->paused && !q->armed) q->paused = false;
+        w.delivered = true;
+        return false;
+      }
+      if (!q->armed) {
+        q->armed = true;
+        q->paused = false;
+        q->driver = driver;
+        ++q->refs;
+        q->op.cancel.store(io::detail::cancel_state::none, std::memory_order_relaxed);
+        arm = true;
+      }
+      w.task = self;
+      q->push(&w);
+    }
+    if (arm && !driver->submit(q->op)) {
+      // Could not be armed (no SQE, or the runtime stops): this accept gets
+      // the error; a waiter that came meanwhile arms it again.
+      spindle::detail::task_header* next = nullptr;
+      {
+        std::lock_guard lock(q->mutex);
+        q->armed = false;
+        q->driver = nullptr;
+        --q->refs;  // the listener's share remains
+        if (w.linked) q->unlink(&w);
+        next = q->deliver(accept_queue::rearm);
+      }
+      if (next != nullptr) spindle::detail::wake(next);
+      w.result = q->op.result < 0 ? q->op.result : -ECANCELED;
+      w.delivered = true;
+      return false;
+    }
+    spindle::detail::set_cancel_hook(self, &accept_wait::cancel_hook, this);
+    return true;  // a wake comes (or came) for `w`, or the hook withdraws it
+  }
+  int await_resume() noexcept {
+    resumed = true;
+    return w.result;
+  }
+
+  static bool cancel_hook(void* arg) noexcept {
+    auto* self = static_cast<accept_wait*>(arg);
+    std::lock_guard lock(self->q->mutex);
+    if (!self->w.linked) return false;  // a result is on its way: the wake comes
+    self->q->unlink(&self->w);
+    return true;
+  }
+};
+
+}  // namespace
+
+listener_socket::listener_socket(listener_socket&& other) noexcept
+    : socket_handle(std::move(other)), queue_(std::exchange(other.queue_, nullptr)) {}
+
+listener_socket& listener_socket::operator=(listener_socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    socket_handle::operator=(std::move(other));
+    queue_ = std::exchange(other.queue_, nullptr);
+  }
+  return *this;
+}
+
+listener_socket::~listener_socket() {
+  close();
+}
+
+void listener_socket::close() noexcept {
+  if (accept_queue* q = std::exchange(queue_, nullptr)) {
+    std::deque<int> unclaimed;
+    io::detail::uring_driver* armed_on = nullptr;
+    {
+      std::lock_guard lock(q->mutex);
+      q->released = true;
+      unclaimed.swap(q->ready);
+      armed_on = q->armed ? q->driver : nullptr;
+    }
+    for (int fd : unclaimed)
+      ::close(fd);
+    if (armed_on != nullptr) {
+      // Stop listening now (a TCP listener leaves LISTEN, which also ends the
+      // armed ACCEPT), and cancel the SQE in any case: the ring holds the
+      // socket open until its last CQE.
+      ::shutdown(fd_, SHUT_RDWR);
+      armed_on->request_cancel(q->op);
+    }
+    bool free = false;
+    {
+      std::lock_guard lock(q->mutex);
+      free = --q->refs == 0;
+    }
+    if (free) delete q;
+  }
+  socket_handle::close();
+}
+
+task<int> listener_socket::accept_descriptor() {
+  int const listen_fd = require_open(fd_, "accept");
+  bool const ring = on_ring(op_code::accept);
+  auto* uring =
+      ring ? static_cast<io::detail::uring_driver*>(spindle::detail::current_driver()) : nullptr;
+  if (uring == nullptr || !uring->multishot_accept() || queue_ == nullptr || !multishot_allowed()) {
+    co_return co_await accept_single(listen_fd, ring);
+  }
+  auto backoff = accept_backoff_min;
+  for (;;) {
+    int r = 0;
+    {
+      accept_wait wait{queue_, uring};
+      r = co_await wait;
+    }
+    if (r >= 0) co_return r;
+    if (r == accept_queue::rearm) continue;
+    int const err = -r;
+    if (err == EAGAIN) {
+      check_readiness(co_await readiness(listen_fd, POLLIN), "accept");
+    } else if (out_of_descriptors(err)) {
+      co_await spindle::sleep_for(backoff);
+      backoff = std::min(backoff * 2, accept_backoff_max);
+    } else if (!accept_retry_now(err)) {
+      throw_errno(err, "accept");
+    }
+  }
+}
+
+}  // namespace detail
+
 // ------------------------------------------------------------ TCP
 
 tcp_stream::tcp_stream(int fd) noexcept : stream_socket(fd) {
@@ -357,6 +647,7 @@ tcp_listener tcp_listener::bind(endpoint const& at, int backlog) {
   if (::bind(l.fd_, at.data(), at.size()) < 0)
     throw_errno(errno, ("bind " + at.to_string()).c_str());
   if (::listen(l.fd_, backlog) < 0) throw_errno(errno, "listen");
+  l.queue_ = new detail::accept_queue(l.fd_);
   return l;
 }
 
@@ -365,7 +656,7 @@ endpoint tcp_listener::local_endpoint() const {
 }
 
 task<tcp_stream> tcp_listener::accept() {
-  int const fd = co_await accept_descriptor(fd_);
+  int const fd = co_await accept_descriptor();
   tcp_stream s;
   s.fd_ = fd;  // accepted with SOCK_NONBLOCK
   co_return s;
@@ -468,6 +759,7 @@ unix_listener unix_listener::bind(std::string const& path, int backlog) {
     throw_errno(errno, ("bind " + path).c_str());
   }
   if (::listen(l.fd_, backlog) < 0) throw_errno(errno, "listen");
+  l.queue_ = new detail::accept_queue(l.fd_);
   return l;
 }
 
@@ -482,7 +774,7 @@ std::string unix_listener::local_path() const {
 }
 
 task<unix_stream> unix_listener::accept() {
-  int const fd = co_await accept_descriptor(fd_);
+  int const fd = co_await accept_descriptor();
   unix_stream s;
   s.fd_ = fd;
   co_return s;

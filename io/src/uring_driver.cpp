@@ -7,10 +7,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -46,6 +48,16 @@ constexpr unsigned setup_tiers[] = {
 [[noreturn]] void throw_errno(int err, char const* what) {
   throw std::system_error(err, std::system_category(),
                           std::string("spindle: io_uring unavailable: ") + what);
+}
+
+/// True when the running kernel's release (uname) is at least major.minor.
+bool kernel_at_least(int major, int minor) noexcept {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  int ma = 0;
+  int mi = 0;
+  if (std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
 }
 
 /// Completes ops that were queued but never reached a ring, waking nobody.
@@ -189,6 +201,8 @@ std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::io_host& host,
       if (!ok) throw_errno(ENOSYS, "io_uring lacks openat/statx/read/write/close/cancel/poll");
     }
 
+    if (i == 0) d->multishot_accept_ = kernel_at_least(5, 19) && d->supports(op_code::accept);
+
     w.event_fd = ::eventfd(0, EFD_CLOEXEC);
     if (w.event_fd < 0) throw_errno(errno, "eventfd");
   }
@@ -278,7 +292,11 @@ int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
       io_uring_prep_close(sqe, op.fd);
       break;
     case op_code::accept:
-      io_uring_prep_accept(sqe, op.fd, static_cast<sockaddr*>(op.addr), op.addr_len, op.flags);
+      if (op.multishot) {
+        io_uring_prep_multishot_accept(sqe, op.fd, nullptr, nullptr, op.flags);
+      } else {
+        io_uring_prep_accept(sqe, op.fd, static_cast<sockaddr*>(op.addr), op.addr_len, op.flags);
+      }
       break;
     case op_code::connect:
       io_uring_prep_connect(sqe, op.fd, static_cast<sockaddr const*>(op.addr), op.length);
@@ -446,6 +464,53 @@ void uring_driver::finish(worker_ring& w, io_op& op, int res) noexcept {
   if (!w.stopping) host_->wake(op.task);  // op may be freed from here on
 }
 
+void uring_driver::finish_multishot(worker_ring& w, io_op& op, int res, bool more) noexcept {
+  if (w.stopping && res >= 0) {
+    // Nobody takes what the op produces once the worker stops.
+    if (yields_descriptor(op.code)) ::close(res);
+    res = -ECANCELED;
+  }
+  if (more) {
+    if (!w.stopping) op.on_cqe(op, res, true, false);
+    return;
+  }
+  // The last CQE: the op leaves the ring and may be submitted again (or
+  // freed by its handler).
+  w.untrack(&op);
+  if (op.cancel.exchange(cancel_state::done, std::memory_order_acq_rel) ==
+      cancel_state::requested) {
+    std::lock_guard lock(w.remote_mutex);
+    w.unlink_cancel(&op);
+  }
+  op.on_cqe(op, res, false, w.stopping);
+}
+
+void uring_driver::request_cancel(io_op& op) noexcept {
+  worker_ring& w = rings_[op.home];
+  bool withdrawn = false;
+  {
+    std::lock_guard lock(w.remote_mutex);
+    if (w.take_remote(&op)) {
+      // Never reached the ring: it ends here, as its last CQE would.
+      withdrawn = true;
+      op.cancel.store(cancel_state::done, std::memory_order_relaxed);
+    } else {
+      if (w.remote_closed) return;  // the stopping worker cancels it
+      cancel_state expected = cancel_state::none;
+      if (!op.cancel.compare_exchange_strong(expected, cancel_state::requested,
+                                             std::memory_order_acq_rel)) {
+        return;  // asked already, or ended
+      }
+      w.link_cancel(&op);
+    }
+  }
+  if (withdrawn) {
+    op.on_cqe(op, -ECANCELED, false, false);
+    return;
+  }
+  host_->unpark(op.home);  // its next poll/park issues the cancel
+}
+
 std::size_t uring_driver::reap(worker_ring& w) noexcept {
   unsigned head = 0;
   unsigned seen = 0;
@@ -463,8 +528,12 @@ std::size_t uring_driver::reap(worker_ring& w) noexcept {
     }
     if (data == cancel_tag || data == LIBURING_UDATA_TIMEOUT || data == 0) continue;
     auto* op = reinterpret_cast<io_op*>(static_cast<std::uintptr_t>(data));
-    w.untrack(op);
     ++completed;
+    if (op->multishot) {
+      finish_multishot(w, *op, res, (cqe->flags & IORING_CQE_F_MORE) != 0);
+      continue;
+    }
+    w.untrack(op);
     finish(w, *op, res);
   }
   io_uring_cq_advance(&w.ring, seen);

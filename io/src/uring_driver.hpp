@@ -97,6 +97,18 @@ class uring_driver final : public spindle::detail::driver {
     return i < supported_.size() && supported_[i];
   }
 
+  /// True when the kernel accepts multishot ACCEPT (IORING_ACCEPT_MULTISHOT,
+  /// Linux 5.19; read from uname at make()).
+  [[nodiscard]] bool multishot_accept() const noexcept { return multishot_accept_; }
+
+  /// Asks the ring that took multishot `op` to cancel it, from any thread
+  /// (the owning worker included, even inside the op's on_cqe): the request
+  /// is queued on the op's worker, which issues IORING_OP_ASYNC_CANCEL in its
+  /// next poll() or park(); the op's last CQE then reaches on_cqe as usual.
+  /// An op still on a remote list never reaches the ring: on_cqe(op,
+  /// -ECANCELED, false, false) is called here, on the calling thread.
+  void request_cancel(io_op& op) noexcept;
+
   /// The io_uring_setup flags the rings were created with (for tests).
   [[nodiscard]] unsigned setup_flags() const noexcept { return setup_flags_; }
 
@@ -111,6 +123,7 @@ class uring_driver final : public spindle::detail::driver {
   void drain_remote(worker_ring& w) noexcept;
   void drain_cancels(worker_ring& w) noexcept;
   void finish(worker_ring& w, io_op& op, int res) noexcept;
+  void finish_multishot(worker_ring& w, io_op& op, int res, bool more) noexcept;
   std::size_t reap(worker_ring& w) noexcept;
   void flush(worker_ring& w) noexcept;
   void cancel_all(worker_ring& w) noexcept;
@@ -123,6 +136,7 @@ class uring_driver final : public spindle::detail::driver {
   /// Per op_code: the kernel has its opcode. File ops are always supported.
   std::array<bool, 16> supported_{true, true, true, true, true};
   std::atomic<std::size_t> next_remote_{0};
+  bool multishot_accept_ = false;
 };
 
 }  // namespace spindle::io::detail

@@ -13,7 +13,13 @@
 //
 // I/O paths. With the io_uring backend an operation is one SQE on the
 // calling worker's ring: IORING_OP_ACCEPT, CONNECT, RECV, SEND (with
-// MSG_NOSIGNAL), RECVMSG/SENDMSG for UDP. A write first tries a non-blocking
+// MSG_NOSIGNAL), RECVMSG/SENDMSG for UDP. A listener accepts with one
+// multishot ACCEPT (Linux 5.19+) that the first accept() from a worker arms
+// on that worker's ring and that stays armed while connections keep coming:
+// each connection it yields goes to the longest-waiting accept() (any
+// worker's), or waits in the listener's queue for the next one (at most 256;
+// past that the SQE is cancelled until accept() catches up, and the kernel's
+// backlog holds the rest). A write first tries a non-blocking
 // send(2) on the calling thread, which on a socket with buffer room finishes
 // without a trip through the ring. With the thread-pool backend (or a kernel
 // without an opcode) the operation is a non-blocking system call made by the
@@ -242,6 +248,33 @@ class stream_socket : public socket_handle {
   void shutdown_write();
 };
 
+/// The connections a listener's multishot ACCEPT produced and the accept()
+/// calls waiting for one (io/src/socket.cpp). Opaque here.
+struct accept_queue;
+
+/// The base of tcp_listener and unix_listener: the listening descriptor and,
+/// on the io_uring backend with multishot ACCEPT, the queue its one armed
+/// SQE fills. Move-only; close() (and the destructor) cancel that SQE and
+/// close the connections it accepted that nobody took.
+class listener_socket : public socket_handle {
+ public:
+  listener_socket() noexcept = default;
+  listener_socket(listener_socket&& other) noexcept;
+  listener_socket& operator=(listener_socket&& other) noexcept;
+  ~listener_socket();
+
+  /// Closes the listening descriptor now (idempotent) and ends its
+  /// multishot ACCEPT. Must not be called while an accept() of it is
+  /// awaited.
+  void close() noexcept;
+
+ protected:
+  /// Accepts one connection; yields its non-blocking descriptor.
+  [[nodiscard]] task<int> accept_descriptor();
+
+  accept_queue* queue_ = nullptr;  ///< made by bind(); freed as its comment says
+};
+
 }  // namespace detail
 
 /// A connected TCP stream. Move-only; the destructor closes it.
@@ -272,7 +305,7 @@ class tcp_stream : public detail::stream_socket {
 
 /// A listening TCP socket. Move-only; the destructor closes it.
 /// Design source: Tokio's net::TcpListener, asio's ip::tcp::acceptor.
-class tcp_listener : public detail::socket_handle {
+class tcp_listener : public detail::listener_socket {
  public:
   tcp_listener() noexcept = default;
 
@@ -339,7 +372,7 @@ class unix_stream : public detail::stream_socket {
 
 /// A listening Unix-domain stream socket. Move-only; the destructor closes
 /// it (and does not unlink its path).
-class unix_listener : public detail::socket_handle {
+class unix_listener : public detail::listener_socket {
  public:
   unix_listener() noexcept = default;
 
