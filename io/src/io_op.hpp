@@ -128,6 +128,12 @@ struct io_op {
   /// one (no IORING_CQE_F_MORE) ends it, after which the op may be submitted
   /// again. Cancelled like any op (cancel()): the final CQE still comes.
   bool multishot = false;
+  /// io_uring only, recv: let the kernel pick a buffer from the worker's
+  /// provided-buffer ring (IOSQE_BUFFER_SELECT) when the data arrives; the
+  /// driver copies the bytes into `buffer` at the completion and gives the
+  /// ring buffer back. Receives at most uring_driver::provided_buffer_size
+  /// bytes. A ring without provided buffers receives into `buffer` directly.
+  bool select_buffer = false;
   /// A multishot op's completion handler, called on the thread that owns
   /// the ring: `res` is the CQE's result, `more` false for the op's last CQE.
   /// `stopping`: the worker is shutting down (res is -ECANCELED or an error:

@@ -280,10 +280,19 @@ task<std::size_t> stream_socket::read_some(std::span<std::byte> buffer) {
   if (buffer.empty()) co_return 0;
   std::uint32_t const len = clamp_length(buffer.size());
   bool const ring = on_ring(op_code::recv);
+  // Reads that fit one provided buffer take it from the worker's ring;
+  // larger ones go straight into the caller's buffer.
+  bool select = ring && len <= io::detail::uring_driver::provided_buffer_size;
   for (;;) {
     int r;
     if (ring) {
-      r = co_await ring_op(op_code::recv, fd, 0, buffer.data(), len);
+      op_awaiter recv = ring_op(op_code::recv, fd, 0, buffer.data(), len);
+      recv.op.select_buffer = select;
+      r = co_await recv;
+      if (r == -ENOBUFS && select) {
+        select = false;  // every provided buffer is in use: use the caller's
+        continue;
+      }
     } else {
       ssize_t const n = ::recv(fd, buffer.data(), len, MSG_DONTWAIT);
       r = n < 0 ? -errno : static_cast<int>(n);

@@ -10,9 +10,12 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -60,6 +63,16 @@ bool kernel_at_least(int major, int minor) noexcept {
   return ma > major || (ma == major && mi >= minor);
 }
 
+/// SPINDLE_NET_PROVIDED_BUFFERS=0 turns provided-buffer receives off (every
+/// RECV gets the caller's buffer), for comparing the two.
+bool provided_buffers_allowed() noexcept {
+  static bool const allowed = [] {
+    char const* env = std::getenv("SPINDLE_NET_PROVIDED_BUFFERS");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return allowed;
+}
+
 /// Completes ops that were queued but never reached a ring, waking nobody.
 void cancel_unsubmitted(io_op* list) noexcept {
   while (list != nullptr) {
@@ -97,6 +110,13 @@ struct alignas(64) uring_driver::worker_ring {
   io_op* cancel_tail = nullptr;
   std::atomic<bool> cancel_pending{false};
 
+  /// The provided-buffer ring (group 0) receives pick their buffer from, and
+  /// its buffers; null when the kernel has none (before 5.19) or refused it.
+  io_uring_buf_ring* buffer_ring = nullptr;
+  std::byte* buffers = nullptr;
+  /// Receives that took a provided buffer. Written by the owner only.
+  std::atomic<std::uint64_t> buffer_receives{0};
+
   void track(io_op* op) noexcept {
     op_links::push_front(tracked, op);
     in_flight.store(in_flight.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -126,6 +146,14 @@ struct alignas(64) uring_driver::worker_ring {
   void unlink_cancel(io_op* op) noexcept {
     cancel_links::unlink(cancel_head, cancel_tail, op);
     if (cancel_head == nullptr) cancel_pending.store(false, std::memory_order_relaxed);
+  }
+  /// Frees the provided buffers (after the ring exited: the kernel is done
+  /// with them).
+  void free_buffers() noexcept {
+    std::free(buffers);
+    std::free(buffer_ring);
+    buffers = nullptr;
+    buffer_ring = nullptr;
   }
   /// Drops every request (the worker stops: cancel_all covers their ops).
   void clear_cancels() noexcept {
@@ -232,9 +260,64 @@ void uring_driver::on_worker_start(std::size_t index) {
     }
   }
   w.enabled = true;
+  setup_provided_buffers(w);
   arm_wake(w);
   int r = io_uring_submit(&w.ring);
   if (r < 0) throw_errno(-r, "io_uring_submit");
+}
+
+void uring_driver::setup_provided_buffers(worker_ring& w) noexcept {
+  if (!provided_buffers_allowed()) return;
+  constexpr std::size_t ring_bytes = provided_buffer_count * sizeof(io_uring_buf);
+  void* ring_memory = nullptr;
+  if (::posix_memalign(&ring_memory, 4096, ring_bytes) != 0) return;
+  auto* buffers = static_cast<std::byte*>(
+      std::malloc(std::size_t{provided_buffer_count} * provided_buffer_size));
+  if (buffers == nullptr) {
+    std::free(ring_memory);
+    return;
+  }
+  std::memset(ring_memory, 0, ring_bytes);
+  auto* br = static_cast<io_uring_buf_ring*>(ring_memory);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<std::uintptr_t>(ring_memory);
+  reg.ring_entries = provided_buffer_count;
+  reg.bgid = 0;
+  if (io_uring_register_buf_ring(&w.ring, &reg, 0) != 0) {
+    std::free(buffers);
+    std::free(ring_memory);
+    return;  // receives then use the caller's buffer
+  }
+  io_uring_buf_ring_init(br);
+  int const mask = io_uring_buf_ring_mask(provided_buffer_count);
+  for (std::uint32_t i = 0; i < provided_buffer_count; ++i) {
+    io_uring_buf_ring_add(br, buffers + std::size_t{i} * provided_buffer_size, provided_buffer_size,
+                          static_cast<unsigned short>(i), mask, static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(br, static_cast<int>(provided_buffer_count));
+  w.buffer_ring = br;
+  w.buffers = buffers;
+}
+
+void uring_driver::take_provided_buffer(worker_ring& w, io_op& op, int res,
+                                        unsigned cqe_flags) noexcept {
+  if ((cqe_flags & IORING_CQE_F_BUFFER) == 0 || w.buffer_ring == nullptr) return;
+  auto const bid = static_cast<unsigned short>(cqe_flags >> IORING_CQE_BUFFER_SHIFT);
+  std::byte* const data = w.buffers + std::size_t{bid} * provided_buffer_size;
+  if (res > 0) std::memcpy(op.buffer, data, static_cast<std::size_t>(res));
+  w.buffer_receives.store(w.buffer_receives.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);
+  // Straight back to the ring for the next receive.
+  io_uring_buf_ring_add(w.buffer_ring, data, provided_buffer_size, bid,
+                        io_uring_buf_ring_mask(provided_buffer_count), 0);
+  io_uring_buf_ring_advance(w.buffer_ring, 1);
+}
+
+std::uint64_t uring_driver::provided_buffer_receives() const noexcept {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < worker_count_; ++i)
+    n += rings_[i].buffer_receives.load(std::memory_order_relaxed);
+  return n;
 }
 
 io_uring_sqe* uring_driver::acquire_sqe(worker_ring& w) noexcept {
@@ -302,7 +385,14 @@ int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
       io_uring_prep_connect(sqe, op.fd, static_cast<sockaddr const*>(op.addr), op.length);
       break;
     case op_code::recv:
-      io_uring_prep_recv(sqe, op.fd, op.buffer, op.length, op.flags);
+      if (op.select_buffer && w.buffer_ring != nullptr) {
+        io_uring_prep_recv(sqe, op.fd, nullptr, std::min(op.length, provided_buffer_size),
+                           op.flags);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = 0;
+      } else {
+        io_uring_prep_recv(sqe, op.fd, op.buffer, op.length, op.flags);
+      }
       break;
     case op_code::send:
       io_uring_prep_send(sqe, op.fd, op.buffer, op.length, op.flags);
@@ -534,6 +624,7 @@ std::size_t uring_driver::reap(worker_ring& w) noexcept {
       continue;
     }
     w.untrack(op);
+    if (op->select_buffer) take_provided_buffer(w, *op, res, cqe->flags);
     finish(w, *op, res);
   }
   io_uring_cq_advance(&w.ring, seen);
@@ -660,6 +751,7 @@ void uring_driver::on_worker_stop(std::size_t index) noexcept {
     io_uring_queue_exit(&w.ring);
     w.ring_open = false;
   }
+  w.free_buffers();
   w.stopped = true;
 }
 
@@ -674,6 +766,7 @@ void uring_driver::shutdown() noexcept {
       io_uring_queue_exit(&w.ring);
       w.ring_open = false;
     }
+    w.free_buffers();
     w.stopped = true;
   }
 }

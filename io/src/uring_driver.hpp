@@ -97,6 +97,16 @@ class uring_driver final : public spindle::detail::driver {
     return i < supported_.size() && supported_[i];
   }
 
+  /// The size of each buffer of a worker's provided-buffer ring (bytes), and
+  /// their number per worker. A recv with io_op::select_buffer gets at most
+  /// this many bytes.
+  static constexpr std::uint32_t provided_buffer_size = 16384;
+  static constexpr std::uint32_t provided_buffer_count = 64;
+
+  /// Receives served from a provided buffer so far, all workers (for tests
+  /// and diagnostics). Any thread.
+  [[nodiscard]] std::uint64_t provided_buffer_receives() const noexcept;
+
   /// True when the kernel accepts multishot ACCEPT (IORING_ACCEPT_MULTISHOT,
   /// Linux 5.19; read from uname at make()).
   [[nodiscard]] bool multishot_accept() const noexcept { return multishot_accept_; }
@@ -124,6 +134,8 @@ class uring_driver final : public spindle::detail::driver {
   void drain_cancels(worker_ring& w) noexcept;
   void finish(worker_ring& w, io_op& op, int res) noexcept;
   void finish_multishot(worker_ring& w, io_op& op, int res, bool more) noexcept;
+  void setup_provided_buffers(worker_ring& w) noexcept;
+  void take_provided_buffer(worker_ring& w, io_op& op, int res, unsigned cqe_flags) noexcept;
   std::size_t reap(worker_ring& w) noexcept;
   void flush(worker_ring& w) noexcept;
   void cancel_all(worker_ring& w) noexcept;
