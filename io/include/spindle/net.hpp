@@ -19,7 +19,10 @@
 // each connection it yields goes to the longest-waiting accept() (any
 // worker's), or waits in the listener's queue for the next one (at most 256;
 // past that the SQE is cancelled until accept() catches up, and the kernel's
-// backlog holds the rest). A write first tries a non-blocking
+// backlog holds the rest). A read_some of at most 16 KiB names no buffer in
+// its RECV: the kernel takes one of the worker's 64 provided buffers
+// (IOSQE_BUFFER_SELECT, Linux 5.19+) when the data arrives, and the bytes are
+// copied into the caller's span at the completion. A write first tries a non-blocking
 // send(2) on the calling thread, which on a socket with buffer room finishes
 // without a trip through the ring. With the thread-pool backend (or a kernel
 // without an opcode) the operation is a non-blocking system call made by the
