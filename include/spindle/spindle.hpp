@@ -15,6 +15,7 @@
 #include "spindle/errors.hpp"
 #include "spindle/event.hpp"
 #include "spindle/fiber.hpp"
+#include "spindle/fold.hpp"
 #include "spindle/io.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/latch.hpp"

@@ -68,6 +68,7 @@
 namespace spindle {
 
 struct fiber_options;  // spindle/fiber.hpp
+struct fold_policy;    // spindle/fold.hpp
 
 /// Which I/O driver completes file operations.
 enum class io_backend : std::uint8_t {
@@ -226,6 +227,16 @@ class runtime {
   template <class F>
   requires std::invocable<std::decay_t<F>> join_handle<std::invoke_result_t<std::decay_t<F>>>
   spawn_fiber(F&& fn);
+
+  /// Folds the tree below `root` on the workers and blocks the calling
+  /// thread (not a worker) until done: block_on(spindle::fold(graph, fold,
+  /// root)). Returns the root's result or rethrows the fold's exception; see
+  /// spindle/fold.hpp, which defines it (include it, or spindle.hpp). From a
+  /// worker throws std::system_error(std::errc::resource_deadlock_would_occur).
+  template <class G, class F, class N>
+  auto fold(G const& graph, F const& fold, N root);
+  template <class G, class F, class N>
+  auto fold(G const& graph, F const& fold, N root, fold_policy policy);
 
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;

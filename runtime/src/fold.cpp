@@ -1,0 +1,34 @@
+// The runtime side of spindle::fold (spindle/fold.hpp): the helper task that
+// a runtime fold spawns on the workers, and the worker count it sizes its
+// participants by.
+//
+// A helper is one coroutine frame per recruitment (from the runtime's frame
+// pools), never per node. It leaves the fold when its share is done; its
+// fold_ticket is a coroutine parameter, so a frame dropped unrun (a spawn
+// refused at shutdown) leaves through the ticket's destructor. Leaving is
+// the helper's last touch of the fold (the latch of runtime folds).
+// Thread-safety: any runtime thread. Design source: seed 001.
+#include "spindle/fold.hpp"
+
+#include "scheduler.hpp"
+
+namespace spindle::detail {
+
+namespace {
+task<void> fold_helper(fold_ticket ticket, bool first) {
+  ticket.run_and_leave(first);
+  co_return;
+}
+}  // namespace
+
+void spawn_fold_helper(fold_ticket ticket, bool first) {
+  auto handle = spindle::spawn(fold_helper(std::move(ticket), first));
+  (void)handle;  // detached
+}
+
+std::size_t current_runtime_workers() noexcept {
+  scheduler* sched = current_scheduler();
+  return sched == nullptr ? 0 : sched->worker_count();
+}
+
+}  // namespace spindle::detail
