@@ -1,0 +1,72 @@
+// spindle-du's parts apart from main(): the command line, the parallel walk
+// (a spindle fold over the directory tree) and du's accounting and output,
+// so that tests/du can link them on their own.
+//
+// The walk is a fold over directory nodes: children(dir) opens the
+// directory, reads it, statx()es every entry relative to the directory's
+// descriptor (AT_SYMLINK_NOFOLLOW: symlinks are not followed) and records
+// the entries in the directory's record in readdir order, then emits the
+// subdirectories; the fold sums each subtree's plain bytes. Accounting that
+// depends on GNU du's traversal order (a hard-linked file is counted at its
+// first occurrence, in fts order = readdir order, depth first) is done after
+// the fold by one sequential pass over the records, in that order, so that
+// the output equals `du -b` byte for byte (lines in du's post-order).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace du {
+
+struct options {
+  bool all = false;                ///< -a: a line for files too
+  bool summarize = false;          ///< -s: only a total per PATH
+  bool count_links = false;        ///< -l: hard links counted every time
+  bool json = false;               ///< --json: a JSON array instead of lines
+  std::size_t workers = 0;         ///< -j; 0: all CPUs
+  std::vector<std::string> paths;  ///< default "."
+};
+
+/// Parses argv into `out`. Returns std::nullopt to go on, or the exit status
+/// to stop with: 0 after --help/--version, 1 after a usage error (message
+/// already on stderr).
+std::optional<int> parse_command_line(int argc, char** argv, options& out);
+
+struct dir_record;
+
+/// One directory entry, in readdir order. Plain files (one link, or -l) not
+/// printed with -a are only summed into dir_record::plain_bytes.
+struct entry {
+  std::string name;
+  std::uint64_t bytes = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool dedup = false;               ///< a hard-linked non-directory
+  std::unique_ptr<dir_record> dir;  ///< set for a subdirectory
+};
+
+struct dir_record {
+  std::string path;
+  std::uint64_t own_bytes = 0;  ///< the directory's st_size
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::uint64_t plain_bytes = 0;  ///< entries summed without a record
+  std::vector<entry> entries;     ///< recorded entries, readdir order
+  int read_errno = 0;             ///< opening or reading failed (du: cannot read directory)
+  std::vector<std::pair<std::string, int>> access_errors;  ///< statx failures (path, errno)
+};
+
+/// Runs spindle-du with parsed options; writes to stdout/stderr; returns the
+/// exit status (0, or 1 after any error, as du).
+int run(options const& opts);
+
+/// du's quoting of a file name in messages (quoteaf: shell-escape-always).
+std::string quote(std::string const& name);
+
+}  // namespace du
