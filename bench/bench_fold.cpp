@@ -20,91 +20,18 @@
 // report for the table.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
+#include "fold_trees.hpp"
 #include "spindle/fold.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/task.hpp"
 
 namespace {
 
-struct node {
-  std::uint64_t id;
-  std::uint32_t depth;
-};
-
-[[gnu::noinline]] std::uint64_t work(std::uint64_t x, std::uint32_t rounds) {
-  for (std::uint32_t i = 0; i < rounds; ++i) {
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ULL;
-    x ^= x >> 27;
-  }
-  return x;
-}
-
-std::uint32_t calibrate(double target_ns) {
-  std::uint32_t rounds = 64;
-  auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t x = 1;
-  constexpr int n = 200000;
-  for (int i = 0; i < n; ++i)
-    x = work(x + i, rounds);
-  benchmark::DoNotOptimize(x);
-  double ns =
-      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
-  double per_round = ns / rounds;
-  auto r = static_cast<std::uint32_t>(target_ns / per_round);
-  return r == 0 ? 1 : r;
-}
-
-std::uint32_t light_rounds() {
-  static std::uint32_t r = calibrate(20.0);
-  return r;
-}
-std::uint32_t heavy_rounds() {
-  static std::uint32_t r = calibrate(20'000.0);
-  return r;
-}
-
-struct tree {
-  std::uint32_t fanout;
-  std::uint32_t depth;
-  std::uint32_t rounds;
-  template <class E>
-  void children(node const& n, E&& emit) const {
-    if (n.depth >= depth) return;
-    for (std::uint32_t i = 0; i < fanout; ++i)
-      emit(node{n.id * fanout + i + 1, n.depth + 1});
-  }
-  [[nodiscard]] std::uint64_t nodes() const {
-    std::uint64_t total = 0;
-    std::uint64_t level = 1;
-    for (std::uint32_t d = 0; d <= depth; ++d) {
-      total += level;
-      level *= fanout;
-    }
-    return total;
-  }
-};
-
-struct sum_fold {
-  std::uint32_t rounds;
-  std::uint64_t init(node const& n) const { return work(n.id, rounds); }
-  void accumulate(std::uint64_t& h, std::uint64_t&& c) const { h += c; }
-  std::uint64_t finalize(std::uint64_t&& h) const { return h; }
-};
-
-std::uint64_t sequential(tree const& t, node const& n) {
-  std::uint64_t h = work(n.id, t.rounds);
-  if (n.depth < t.depth) {
-    for (std::uint32_t i = 0; i < t.fanout; ++i)
-      h += sequential(t, node{n.id * t.fanout + i + 1, n.depth + 1});
-  }
-  return h;
-}
+using namespace fold_trees;
 
 spindle::task<std::uint64_t> spawned(tree const* t, node n) {
   std::uint64_t h = work(n.id, t->rounds);
@@ -125,19 +52,6 @@ std::size_t threads() {
   return e != nullptr ? static_cast<std::size_t>(std::atoi(e)) : 2;
 }
 
-tree make(int shape) {
-  switch (shape) {
-    case 0:
-      return {100, 3, light_rounds()};
-    case 1:
-      return {2, 22, light_rounds()};
-    default:
-      return {100, 2, heavy_rounds()};
-  }
-}
-char const* name_of(int shape) {
-  return shape == 0 ? "wide_light" : shape == 1 ? "deep_narrow" : "heavy";
-}
 spindle::fold_policy policy_of(int shape) {
   return shape == 0   ? spindle::fold_policy::wide_light()
          : shape == 1 ? spindle::fold_policy::deep_narrow()
@@ -149,6 +63,7 @@ void finish(benchmark::State& state, tree const& t, int shape) {
   state.counters["ns_per_node"] =
       benchmark::Counter(static_cast<double>(state.iterations() * t.nodes()),
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["rounds"] = static_cast<double>(t.rounds);
   state.SetLabel(name_of(shape));
 }
 

@@ -58,6 +58,24 @@ every workload on every system with the same worker count (default 2):
            built". About 1.5 minutes once built (the first hyper build takes
            about one more).
 
+  fold     a bottom-up fold (each node's value a hash after ~20 ns or ~20 us
+           of work; a node's result the sum over its subtree) on three
+           synthetic trees (bench/fold_trees.hpp): fold_wide_light (fan-out
+           100, depth 3: 1,010,101 nodes, ~20 ns each), fold_deep_narrow
+           (binary, depth 22: 8,388,607 nodes, ~20 ns each), fold_heavy
+           (fan-out 100, depth 2: 10,101 nodes, ~20 us each), ms per fold, on
+           sequential (a recursive fold on one thread), spindle (runtime::fold
+           on N workers), spindle-fold-pool (fold_pool: N-1 threads + the
+           caller), spindle-spawn (a spawned task per node, each child
+           awaited; bench/bench_fold.cpp), onetbb (task_group per node in an
+           N-slot arena) and openmp (omp task per child + taskwait, g++
+           -fopenmp; bench/peers/fold). Every program does the same work per
+           node: bench_fold calibrates the rounds, the peers get them through
+           SPINDLE_FOLD_ROUNDS. Then du_usr: `spindle-du -s /usr` (-j N) and
+           `du -sb /usr`, warm (one run of each first), seconds; the totals
+           must agree. After the table, one line per target of the fold
+           issue: met or NOT met.
+
 Who does the work, per runtime workload: every system runs N worker threads
 and the measuring thread only waits (spindle and Tokio: the workload's root
 is a spawned task and the thread sleeps on a channel or a join handle, never
@@ -262,6 +280,9 @@ def build_spindle(sections):
     targets = ["bench/bench_runtime", "bench/bench_io", "examples/spindle-scan"]
     if "bench/bench_fiber" in ninja_targets():  # spindle with fibers
         targets.append("bench/bench_fiber")
+    if "fold" in sections:
+        targets += [t for t in ("bench/bench_fold", "examples/spindle-du")
+                    if t + ":" in ninja_targets()]
     run(["ninja", "-C", str(BUILD), *targets])
 
 
@@ -1070,10 +1091,122 @@ def net(cfg, res, status, out_dir):
 # --------------------------------------------------------------------------
 # Output
 
-SYSTEM_ORDER = ["spindle", "spindle-task", "tokio", "onetbb", "boost-asio", "boost-fiber",
+SYSTEM_ORDER = ["spindle", "spindle-task", "spindle-fold-pool", "spindle-spawn", "sequential",
+                "tokio", "onetbb", "openmp", "gnu-du", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
                 "spindle-ring-only", "spindle-pool-only",
                 "fio-io_uring", "fio-psync", "ripgrep", "grep", "nginx", "redis"]
+
+
+# --------------------------------------------------------------------------
+# Fold workloads
+
+FOLD_TREES = {0: "fold_wide_light", 1: "fold_deep_narrow", 2: "fold_heavy"}
+FOLD_NODES = {"fold_wide_light": 1_010_101, "fold_deep_narrow": 8_388_607, "fold_heavy": 10_101}
+FOLD_SYSTEMS = {"BM_fold_sequential": "sequential", "BM_fold_spawn": "spindle-spawn",
+                "BM_fold_pool": "spindle-fold-pool", "BM_fold_runtime": "spindle"}
+
+
+def spindle_fold(cfg, res):
+    """bench_fold: the tree's preset policy for the folds. Returns the
+    calibrated rounds as "LIGHT,HEAVY" for the peers, or None."""
+    exe = BUILD / "bench" / "bench_fold"
+    log("spindle: fold (sequential, spawn, fold_pool, runtime::fold)")
+    _, out, _ = run([str(exe),
+                     "--benchmark_filter=^BM_fold_(sequential|spawn)/|^BM_fold_(pool|runtime)/[0-9]/-1/",
+                     f"--benchmark_repetitions={cfg.reps}",
+                     f"--benchmark_min_time={cfg.min_time}",
+                     "--benchmark_report_aggregates_only=true",
+                     "--benchmark_format=json"], env={"SPINDLE_BENCH_WORKERS": str(cfg.workers)})
+    rounds = {}
+    for name, b in gb_medians(out).items():
+        parts = name.split("/")
+        system = FOLD_SYSTEMS.get(parts[0])
+        if system is None:
+            continue
+        workload = FOLD_TREES[int(parts[1])]
+        if b.get("error_occurred"):
+            res.miss(workload, system, b.get("error_message", "error"))
+            continue
+        res.add(workload, system, b["real_time"] * TIME_UNITS[b.get("time_unit", "ns")] / 1e6, "ms")
+        if system == "sequential" and "rounds" in b:
+            rounds[int(parts[1])] = int(b["rounds"])
+    if 0 in rounds and 2 in rounds:
+        return f"{rounds[0]},{rounds[2]}"
+    return None
+
+
+def fold_du(cfg, res):
+    """spindle-du -s /usr vs du -sb /usr, warm; seconds (median)."""
+    spindle_du = BUILD / "examples" / "spindle-du"
+    if not spindle_du.exists() or not shutil.which("du"):
+        res.miss("du_usr", "spindle", "spindle-du or du missing")
+        return
+    cmds = {"spindle": [str(spindle_du), "-s", "-j", str(cfg.workers), "/usr"],
+            "gnu-du": ["du", "-sb", "/usr"]}
+    totals = {}
+    times = {k: [] for k in cmds}
+    for name, cmd in cmds.items():  # warm the cache
+        _, out, _ = run(cmd, check=False)
+        totals[name] = out.split("\t")[0] if out else None
+    for _ in range(cfg.scan_reps):
+        for name, cmd in cmds.items():
+            t0 = time.perf_counter()
+            run(cmd, check=False)
+            times[name].append(time.perf_counter() - t0)
+    for name in cmds:
+        res.add("du_usr", name, statistics.median(times[name]), "s")
+    if totals["spindle"] != totals["gnu-du"]:
+        res.notes.append(f"du_usr: totals differ: spindle-du {totals['spindle']}, "
+                         f"du {totals['gnu-du']}")
+
+
+def peer_runtime_fold(cfg, res, system, exe, rounds):
+    log(f"{system}: fold")
+    code, out, err = run([str(exe), "--workers", str(cfg.workers), "--reps", str(cfg.reps),
+                          "--min-time", str(cfg.min_time)],
+                         env={"SPINDLE_FOLD_ROUNDS": rounds}, check=False)
+    if code != 0:
+        reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+        for w in FOLD_TREES.values():
+            res.miss(w, system, f"failed: {reason}")
+        return
+    for r in json.loads(out)["results"]:
+        res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+
+
+def fold_checks(cfg, res):
+    """One line per target of the fold issue, from the medians."""
+    lines = []
+    for w in FOLD_TREES.values():
+        sv, _ = res.value(w, "spindle")
+        for peer in ("onetbb", "openmp"):
+            pv, _ = res.value(w, peer)
+            if sv is None or pv is None:
+                lines.append(f"{w}: spindle {fmt(sv)} ms vs {peer} {fmt(pv)} ms: not measured")
+                continue
+            verdict = "met" if sv <= pv else "NOT met"
+            lines.append(f"{w}: spindle {fmt(sv)} ms vs {peer} {fmt(pv)} ms: {verdict} "
+                         f"({sv / pv:.2f}x; target <= 1x)")
+    sv, _ = res.value("fold_wide_light", "spindle")
+    qv, _ = res.value("fold_wide_light", "sequential")
+    if sv is not None and qv is not None:
+        nodes = FOLD_NODES["fold_wide_light"]
+        over = (sv * cfg.workers - qv) * 1e6 / nodes
+        lines.append(f"fold_wide_light overhead: {over:.1f} ns/node of thread time over the "
+                     f"sequential fold ({qv * 1e6 / nodes:.1f} ns/node): "
+                     f"{'met' if over <= 15 else 'NOT met'} (target <= 15 ns)")
+    sv, _ = res.value("fold_heavy", "spindle")
+    qv, _ = res.value("fold_heavy", "sequential")
+    if sv is not None and qv is not None:
+        lines.append(f"fold_heavy speedup: {qv / sv:.2f}x the sequential fold: "
+                     f"{'met' if qv / sv >= 1.9 else 'NOT met'} (target >= 1.9x)")
+    sv, _ = res.value("du_usr", "spindle")
+    dv, _ = res.value("du_usr", "gnu-du")
+    if sv is not None and dv is not None:
+        lines.append(f"du_usr: spindle-du {sv:.3f} s vs du {dv:.3f} s: {dv / sv:.2f}x: "
+                     f"{'met' if dv / sv >= 1.7 else 'NOT met'} (target >= 1.7x)")
+    return lines
 
 
 def canonical_workloads():
@@ -1088,7 +1221,8 @@ def canonical_workloads():
     fiber.insert(1, "fiber_spawn_join.stacks_mapped")
     resp = [f"resp.{t}.p{p}" for p in (1, 16) for t in RESP_TESTS.values()]
     return names + ["scan.files", "scan.bytes"] + fiber + ["http_get"] + resp + \
-        ["echo_64b.p50", "echo_64b.p99", "echo_64b.rate"]
+        ["echo_64b.p50", "echo_64b.p99", "echo_64b.rate"] + list(FOLD_TREES.values()) + \
+        ["du_usr"]
 
 
 def rank(order, name):
@@ -1264,7 +1398,7 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench-results"),
                     help="output directory (default bench-results/)")
     ap.add_argument("--only", action="append",
-                    choices=["runtime", "io", "scan", "fiber", "net"],
+                    choices=["runtime", "io", "scan", "fiber", "net", "fold"],
                     help="run only this section (repeatable)")
     cfg = ap.parse_args()
     if cfg.workers < 1:
@@ -1278,7 +1412,7 @@ def main():
     cfg.park_reps = 1 if cfg.quick else cfg.reps  # fresh processes of 100,000 parked fibers
     cfg.net_seconds = 2 if cfg.quick else 5  # each wrk and echo run
     cfg.resp_requests = 50_000 if cfg.quick else 200_000  # each redis-benchmark run
-    sections = cfg.only or ["runtime", "io", "scan", "fiber", "net"]
+    sections = cfg.only or ["runtime", "io", "scan", "fiber", "net", "fold"]
     out_dir = Path(cfg.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -1349,6 +1483,20 @@ def main():
         checks = fiber_checks(res)
     if "net" in sections:
         net(cfg, res, status, out_dir)
+    if "fold" in sections:
+        peers = {
+            "onetbb": build_cxx_peer("onetbb-fold", "bench/peers/fold_tbb_peer", status),
+            "openmp": build_cxx_peer("openmp-fold", "bench/peers/fold_openmp_peer", status),
+        }
+        rounds = spindle_fold(cfg, res)
+        for system, exe in peers.items():
+            if exe is None or rounds is None:
+                for w in FOLD_TREES.values():
+                    res.miss(w, system, "peer not built" if exe is None else "no calibration")
+                continue
+            peer_runtime_fold(cfg, res, system, exe, rounds)
+        fold_du(cfg, res)
+        checks += fold_checks(cfg, res)
 
     rows = table_rows(res)
     print()
