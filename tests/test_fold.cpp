@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
+#include "spindle/detail/fold_dispatch.hpp"
 #include "spindle/fiber.hpp"
 #include "spindle/fold.hpp"
 
@@ -315,6 +316,112 @@ TEST(FoldPool, NoThreadIsInsideAFoldThatRunReturnedFrom) {
   });
   spindle::detail::fold_pool_entry_hook.store(nullptr);
   EXPECT_EQ(violations, 0);
+}
+
+// The same invariant in a deterministic simulation of the dispatch protocol
+// (detail/fold_dispatch.hpp, the steps fold_pool runs): one caller runs fold
+// after fold (publish, body steps, seal, latch, then its job "dies": the
+// stack frame is gone) while virtual pool threads step through count-in,
+// read the job pointer, an arbitrary delay, entering the job (touching it)
+// and leaving, interleaved by a seeded RNG one step at a time. A thread
+// must never touch a dead job. The control run swaps the thread's first two
+// steps (read the pointer, then count in: the TOCTOU the seed warns of) and
+// must be caught by the same check, so the simulation can fail.
+struct sim_job {
+  bool alive = false;
+};
+
+// Returns the number of touches of a dead job over `seeds` seeds.
+int simulate_dispatch(int seeds, bool count_in_first) {
+  int violations = 0;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    std::uint64_t rng = mix(static_cast<std::uint64_t>(seed));
+    auto next = [&](std::uint64_t n) {
+      rng = mix(rng + 0x9e3779b97f4a7c15ULL);
+      return rng % n;
+    };
+    spindle::detail::fold_dispatch<sim_job> proto;
+    std::vector<sim_job> jobs(40);
+    enum class caller_at { publish, body, seal, latch, done } c = caller_at::publish;
+    std::size_t current = 0;
+    int body_left = 0;
+    struct vthread {
+      int step = 0;  // 0 idle, 1 after first step, 2 holding pointer (delay), 3 in job
+      sim_job const* held = nullptr;
+      int delay = 0;
+      bool counted = false;
+    };
+    std::vector<vthread> ts(3);
+    for (int guard = 0; guard < 100000 && c != caller_at::done; ++guard) {
+      std::size_t who = next(ts.size() + 1);
+      if (who == ts.size()) {  // the caller's step
+        switch (c) {
+          case caller_at::publish:
+            jobs[current].alive = true;
+            proto.publish(&jobs[current]);
+            body_left = static_cast<int>(next(4));
+            c = caller_at::body;
+            break;
+          case caller_at::body:
+            if (body_left-- <= 0) c = caller_at::seal;
+            break;
+          case caller_at::seal:
+            proto.seal();
+            c = caller_at::latch;
+            break;
+          case caller_at::latch:
+            if (proto.latched()) {
+              jobs[current].alive = false;  // run() returns: the frame is gone
+              c = ++current == jobs.size() ? caller_at::done : caller_at::publish;
+            }
+            break;
+          case caller_at::done:
+            break;
+        }
+        continue;
+      }
+      vthread& t = ts[who];
+      switch (t.step) {
+        case 0:  // woken: the first of enter()'s two steps
+          if (count_in_first) {
+            proto.count_in();
+            t.counted = true;
+          } else {
+            t.held = proto.read_job();
+          }
+          t.step = 1;
+          break;
+        case 1:  // the second
+          if (count_in_first) {
+            t.held = proto.read_job();
+          } else {
+            proto.count_in();
+            t.counted = true;
+          }
+          t.delay = static_cast<int>(next(8));  // preempted before entering
+          t.step = 2;
+          break;
+        case 2:
+          if (t.delay-- > 0) break;
+          if (t.held != nullptr && !t.held->alive) ++violations;  // touches the job
+          t.step = 3;
+          break;
+        case 3:
+          if (t.held != nullptr && !t.held->alive) ++violations;
+          proto.leave();
+          t = vthread{};
+          break;
+      }
+    }
+  }
+  return violations;
+}
+
+TEST(FoldPool, SimulatedDispatchNeverLetsADelayedThreadTouchAFinishedFold) {
+  int const seeds = static_cast<int>(scaled(1000, 200));
+  EXPECT_EQ(simulate_dispatch(seeds, true), 0);
+  // The control: reading the job pointer before counting in is caught.
+  EXPECT_GT(simulate_dispatch(seeds, false), 0);
 }
 
 // ------------------------------------------------------------ on the runtime

@@ -9,9 +9,8 @@
 // A thread raises in_job BEFORE it reads job_ptr and lowers it after the job
 // returns, so once the latch sees zero after the seal no thread holds, or
 // can still obtain, a pointer into the caller's stack (the job and the fold
-// state). Both sides use seq_cst: the thread's increment and load, the
-// caller's seal store and in_job load are in one total order, so a thread
-// that read the job pointer before the seal is counted by the latch.
+// state). The steps are detail/fold_dispatch.hpp's (simulated step by step
+// in tests/test_fold.cpp).
 // Thread-safety: see spindle/fold.hpp. Design source: seed 001.
 #include <pthread.h>
 
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "futex.hpp"
+#include "spindle/detail/fold_dispatch.hpp"
 #include "spindle/fold.hpp"
 
 namespace spindle {
@@ -37,9 +37,8 @@ struct fold_pool::shared {
     void* data;
   };
   std::atomic<bool> shutdown{false};
-  std::atomic<job const*> job_ptr{nullptr};
+  detail::fold_dispatch<job> protocol;  // job pointer + in_job counter
   std::atomic<std::uint32_t> epoch{0};
-  std::atomic<std::uint32_t> in_job{0};
   std::mutex dispatch_lock;
   std::vector<std::thread> threads;
 
@@ -55,15 +54,14 @@ struct fold_pool::shared {
         }
         detail::futex_wait(&epoch, e);
       }
-      in_job.fetch_add(1, std::memory_order_seq_cst);  // before the job pointer is read
-      job const* j = job_ptr.load(std::memory_order_seq_cst);
+      job const* j = protocol.enter();  // counted in before the job pointer is read
       if (j != nullptr) {
         auto hook = detail::fold_pool_entry_hook.load(std::memory_order_relaxed);
         if (hook != nullptr) hook(index, true);
         j->fn(j->data, index);
         if (hook != nullptr) hook(index, false);
       }
-      in_job.fetch_sub(1, std::memory_order_release);
+      protocol.leave();
     }
   }
 
@@ -98,16 +96,16 @@ void fold_pool::dispatch(void* data, job_fn fn, void* arg, body_fn body) {
   std::lock_guard<std::mutex> guard(shared_->dispatch_lock);
   shared::job j{fn, data};
   // publish
-  shared_->job_ptr.store(&j, std::memory_order_seq_cst);
+  shared_->protocol.publish(&j);
   shared_->epoch.fetch_add(1, std::memory_order_acq_rel);
   if (threads_ != 0) detail::futex_wake(&shared_->epoch);
   // body
   body(arg);
   // seal
-  shared_->job_ptr.store(nullptr, std::memory_order_seq_cst);
+  shared_->protocol.seal();
   // latch
   std::uint32_t spins = 0;
-  while (shared_->in_job.load(std::memory_order_seq_cst) != 0) {
+  while (!shared_->protocol.latched()) {
     if (++spins < 128) {
       detail::fold_cpu_relax();
     } else {
