@@ -15,9 +15,9 @@
 // items = nodes; counter ns_per_node. Work per node is calibrated at start
 // (rounds of a dependent multiply-xorshift chain) to the target time.
 //
-// The policies (fold_policy) were chosen on these trees, on a 2-core VM
-// shared with other jobs (so figures move by +-20%): see docs or the issue
-// report for the table.
+// The policies (fold_policy) were chosen on these trees (the per-preset
+// rows: BM_fold_pool/TREE/PRESET, BM_fold_runtime/TREE/PRESET); the table
+// is in fold_policy's comment (runtime/include/spindle/detail/fold_walk.hpp).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>

@@ -66,12 +66,13 @@ struct tree {
       r.read_errno = errno;
       return;
     }
-    DIR* d = ::fdopendir(fd);
-    if (d == nullptr) {
+    std::unique_ptr<DIR, int (*)(DIR*)> dir(::fdopendir(fd), &::closedir);  // closed if emit throws
+    if (!dir) {
       r.read_errno = errno;
       ::close(fd);
       return;
     }
+    DIR* d = dir.get();
     std::size_t seen = 0;
     for (;;) {
       errno = 0;
@@ -119,7 +120,6 @@ struct tree {
                          [](entry const& a, entry const& b) { return a.ino < b.ino; });
       }
     }
-    ::closedir(d);
   }
 };
 

@@ -51,9 +51,23 @@
 
 namespace spindle {
 
-/// How a fold shares out its work. Presets (seed 001's funnel presets; the
-/// figures that chose them are in bench/bench_fold.cpp's header comment):
-/// fold_policy::standard(), wide_light(), deep_narrow().
+/// How a fold shares out its work. Presets (seed 001's funnel presets):
+/// fold_policy::standard(), wide_light(), deep_narrow(). The figures that
+/// chose them (bench/bench_fold, 2 threads, ms per fold, medians of 3, on a
+/// 2-core VM shared with other builds: differences under ~20% are noise):
+///
+///   tree (bench_fold)        preset:  standard  wide_light  deep_narrow
+///   wide_light, runtime::fold          23.3       19.2        20.1
+///   wide_light, fold_pool              30.2       37.9        52.5
+///   deep_narrow, runtime::fold        266        316         201
+///   deep_narrow, fold_pool            319        363         227
+///   heavy, runtime::fold              264        205         201
+///   heavy, fold_pool                  199        305         214
+///
+/// deep_narrow (recruit a thief for every pending node, give the CPU away
+/// sooner) wins clearly on the binary tree; wide_light (fewer recruitments,
+/// longer spinning) helps runtime folds of wide trees but not the pool,
+/// whose threads are all there anyway; standard sits between.
 struct fold_policy {
   /// Pause-loop rounds a participant that found no work spins before it
   /// starts giving its CPU away (sched_yield) between looks.
