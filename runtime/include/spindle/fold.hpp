@@ -108,6 +108,11 @@ constexpr bool check_fold_arguments() {
   }
   return true;
 }
+// All of the above: the entry points compile their body only then, so that a
+// mistake reports the static_assert's sentence alone.
+template <class G, class F, class N>
+concept fold_arguments_ok =
+    std::move_constructible<N> && has_children<G, N> && has_accumulate<F, N>;
 }  // namespace detail
 
 /// A graph over nodes N: `children(node, emit)` calls emit(N) per child.
@@ -156,29 +161,30 @@ class fold_pool {
   /// Folds from several threads take turns. Not from inside a fold callback
   /// of this pool (it would wait for itself).
   template <class G, class F, class N>
-  auto run(G const& graph, F const& fold, N root, fold_policy policy = fold_policy::standard())
-      -> fold_result_t<F, N> {
+  auto run(G const& graph, F const& fold, N root, fold_policy policy = fold_policy::standard()) {
     static_assert(detail::check_fold_arguments<G, F, N>());
-    using state_t = detail::fold_state<G, F, N>;
-    state_t state(graph, fold, policy, threads_ + 1);
-    struct body_ctx {
-      state_t* state;
-      N const* root;
-      std::size_t caller;
-    } ctx{&state, &root, threads_};
-    dispatch(
-        &state,
-        [](void* data, std::size_t index) noexcept {
-          auto* s = static_cast<state_t*>(data);
-          s->participate(s->part(index), false);
-        },
-        &ctx,
-        [](void* arg) noexcept {
-          auto* c = static_cast<body_ctx*>(arg);
-          c->state->start(c->state->part(c->caller), *c->root);
-          c->state->participate(c->state->part(c->caller), false);
-        });
-    return state.take_result();
+    if constexpr (detail::fold_arguments_ok<G, F, N>) {
+      using state_t = detail::fold_state<G, F, N>;
+      state_t state(graph, fold, policy, threads_ + 1);
+      struct body_ctx {
+        state_t* state;
+        N const* root;
+        std::size_t caller;
+      } ctx{&state, &root, threads_};
+      dispatch(
+          &state,
+          [](void* data, std::size_t index) noexcept {
+            auto* s = static_cast<state_t*>(data);
+            s->participate(s->part(index), false);
+          },
+          &ctx,
+          [](void* arg) noexcept {
+            auto* c = static_cast<body_ctx*>(arg);
+            c->state->start(c->state->part(c->caller), *c->root);
+            c->state->participate(c->state->part(c->caller), false);
+          });
+      return state.take_result();
+    }
   }
 
   /// Pool threads (not counting a caller of run).
@@ -354,7 +360,9 @@ template <class G, class F, class N>
 [[nodiscard]] auto fold(G const& graph, F const& fold, N root,
                         fold_policy policy = fold_policy::standard()) {
   static_assert(detail::check_fold_arguments<G, F, N>());
-  return fold_awaiter<G, F, N>(graph, fold, std::move(root), policy);
+  if constexpr (detail::fold_arguments_ok<G, F, N>) {
+    return fold_awaiter<G, F, N>(graph, fold, std::move(root), policy);
+  }
 }
 
 namespace detail {
@@ -369,7 +377,9 @@ SPINDLE_COROUTINE_TEMPLATE task<fold_result_t<F, N>> fold_task(G const& graph, F
 template <class G, class F, class N>
 auto runtime::fold(G const& graph, F const& fold, N root, fold_policy policy) {
   static_assert(detail::check_fold_arguments<G, F, N>());
-  return block_on(detail::fold_task(graph, fold, std::move(root), policy));
+  if constexpr (detail::fold_arguments_ok<G, F, N>) {
+    return block_on(detail::fold_task(graph, fold, std::move(root), policy));
+  }
 }
 
 template <class G, class F, class N>
