@@ -15,14 +15,14 @@
 namespace spindle::detail {
 
 namespace {
-task<void> fold_helper(fold_ticket ticket, bool first) {
-  ticket.run_and_leave(first);
+task<void> fold_helper(fold_ticket ticket) {
+  ticket.run_and_leave();
   co_return;
 }
 }  // namespace
 
-void spawn_fold_helper(fold_ticket ticket, bool first) {
-  auto handle = spindle::spawn(fold_helper(std::move(ticket), first));
+void spawn_fold_helper(fold_ticket ticket) {
+  auto handle = spindle::spawn(fold_helper(std::move(ticket)));
   (void)handle;  // detached
 }
 

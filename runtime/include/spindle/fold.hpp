@@ -210,27 +210,36 @@ namespace detail {
 struct fold_helper_ops {
   void (*run)(void* fold, bool first) noexcept;
   void (*leave)(void* fold) noexcept;
+  void (*abandon_root)(void* fold) noexcept;  // the first helper never ran
 };
 class fold_ticket {
  public:
-  fold_ticket(void* fold, fold_helper_ops const* ops) noexcept : fold_(fold), ops_(ops) {}
-  fold_ticket(fold_ticket&& o) noexcept : fold_(std::exchange(o.fold_, nullptr)), ops_(o.ops_) {}
+  fold_ticket(void* fold, fold_helper_ops const* ops, bool first) noexcept
+      : fold_(fold), ops_(ops), first_(first) {}
+  fold_ticket(fold_ticket&& o) noexcept
+      : fold_(std::exchange(o.fold_, nullptr)), ops_(o.ops_), first_(o.first_) {}
   fold_ticket& operator=(fold_ticket&&) = delete;
+  /// A helper frame dropped unrun (a spawn refused at runtime shutdown):
+  /// leaves; the first one also ends the fold (it never walked the root),
+  /// which then throws std::system_error(std::errc::operation_canceled).
   ~fold_ticket() {
-    if (fold_ != nullptr) ops_->leave(fold_);
+    if (fold_ == nullptr) return;
+    if (first_) ops_->abandon_root(fold_);
+    ops_->leave(fold_);
   }
   /// Runs the helper's share, then leaves the fold (the last touch of it).
-  void run_and_leave(bool first) noexcept {
-    ops_->run(fold_, first);
+  void run_and_leave() noexcept {
+    ops_->run(fold_, first_);
     ops_->leave(std::exchange(fold_, nullptr));
   }
 
  private:
   void* fold_;
   fold_helper_ops const* ops_;
+  bool first_;
 };
 /// Spawns a helper task on the calling thread's runtime.
-void spawn_fold_helper(fold_ticket ticket, bool first);
+void spawn_fold_helper(fold_ticket ticket);
 /// Workers of the calling thread's runtime (a worker or a block_on thread), or 0.
 [[nodiscard]] std::size_t current_runtime_workers() noexcept;
 
@@ -248,7 +257,7 @@ class runtime_fold {
     waiter_ = waiter;
     outstanding_.store(2, std::memory_order_relaxed);  // the root's token + the first helper
     helpers_.store(1, std::memory_order_relaxed);
-    spawn_fold_helper(fold_ticket(this, &ops), true);  // leaves on failure
+    spawn_fold_helper(fold_ticket(this, &ops, true));  // leaves on failure
   }
 
   auto result() { return state_.take_result(); }
@@ -292,7 +301,7 @@ class runtime_fold {
                                             std::memory_order_relaxed)) {
         f->outstanding_.fetch_add(1, std::memory_order_relaxed);
         try {
-          spawn_fold_helper(fold_ticket(f, &ops), false);
+          spawn_fold_helper(fold_ticket(f, &ops, false));
         } catch (...) {
           // no helper: the others do the work (the ticket left already)
         }
@@ -301,7 +310,12 @@ class runtime_fold {
     }
   }
 
-  static constexpr fold_helper_ops ops{&runtime_fold::run_helper, &runtime_fold::leave};
+  static void abandon_root(void* self) noexcept {
+    static_cast<runtime_fold*>(self)->state_.abandon();
+  }
+
+  static constexpr fold_helper_ops ops{&runtime_fold::run_helper, &runtime_fold::leave,
+                                       &runtime_fold::abandon_root};
 
   fold_state<G, F, N> state_;
   N root_;

@@ -42,6 +42,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -256,6 +257,18 @@ class fold_state {
     std::lock_guard<std::mutex> guard(error_lock_);
     if (!error_) error_ = std::current_exception();
     stopped_.store(true, std::memory_order_release);
+  }
+
+  /// Ends a fold whose root was never walked (runtime shutdown): it fails
+  /// with std::system_error(std::errc::operation_canceled).
+  void abandon() noexcept {
+    try {
+      throw std::system_error(std::make_error_code(std::errc::operation_canceled),
+                              "spindle::fold: the runtime shut down before the fold started");
+    } catch (...) {
+      fail();
+    }
+    root_done_.store(true, std::memory_order_release);
   }
 
   ~fold_state() = default;
