@@ -35,3 +35,18 @@
 #include "spindle/watch.hpp"
 #include "spindle/when_all.hpp"
 #include "spindle/when_any.hpp"
+
+/// \namespace spindle
+/// spindle's public API: the runtime, tasks, spawning, timers, synchronisation
+/// primitives and channels. Names under spindle::detail are internal.
+///
+/// \namespace spindle::io
+/// Asynchronous file I/O (spindle/io.hpp): spindle::io::file, read_file.
+///
+/// \namespace spindle::net
+/// Sockets (spindle/net.hpp): endpoints, TCP streams and listeners, UDP and
+/// Unix-domain sockets.
+///
+/// \namespace spindle::this_fiber
+/// What code running in a fiber calls about itself (spindle/fiber.hpp):
+/// await an awaitable by parking the fiber, yield, sleep.

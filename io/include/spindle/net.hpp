@@ -158,7 +158,9 @@ class endpoint {
   /// Replaces the port (host byte order).
   void set_port(std::uint16_t port) noexcept;
 
+  /// True for an IPv4 address.
   [[nodiscard]] bool is_v4() const noexcept { return addr_.sa.sa_family == AF_INET; }
+  /// True for an IPv6 address.
   [[nodiscard]] bool is_v6() const noexcept { return addr_.sa.sa_family == AF_INET6; }
   /// AF_INET or AF_INET6.
   [[nodiscard]] int family() const noexcept { return addr_.sa.sa_family; }
@@ -343,6 +345,8 @@ class udp_socket : public detail::socket_handle {
   /// socket + bind (port 0 picks one; an IPv6 address is IPv6 only). Plain
   /// call. Throws std::system_error (address_in_use, ...).
   [[nodiscard]] static udp_socket bind(endpoint const& at);
+  /// The address bound (getsockname), e.g. to learn the port bind() picked.
+  /// Throws std::system_error (bad_file_descriptor when not open).
   [[nodiscard]] endpoint local_endpoint() const;
 
   /// Sends one datagram of `data` to `to` (io_uring: SENDMSG) and yields the
@@ -359,6 +363,8 @@ class udp_socket : public detail::socket_handle {
 class unix_stream : public detail::stream_socket {
  public:
   unix_stream() noexcept = default;
+  /// Adopts a connected Unix-domain stream socket descriptor (made
+  /// non-blocking here).
   explicit unix_stream(int fd) noexcept;
 
   /// Connects to the socket at filesystem path `path` (or, when it starts

@@ -50,8 +50,13 @@ struct barrier_node : sync_node {
 };
 }  // namespace detail
 
+/// A reusable rendezvous: every phase completes when `expected` arrivals
+/// came; arrive_and_wait() yields true for the one that completed it (the
+/// leader). Any thread; plain threads use blocking_arrive_and_wait().
+/// Cancellation, errors and ordering: the comment of spindle/barrier.hpp.
 class barrier : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "barrier";
   class arrive_awaiter;
 
@@ -99,6 +104,7 @@ class barrier : public detail::sync_waiters {
 class barrier::arrive_awaiter : public detail::sync_awaiter<barrier, detail::barrier_node> {
  public:
   using sync_awaiter::sync_awaiter;
+  /// Awaiter protocol: true for the arrival that completed the phase.
   bool await_resume() noexcept {
     consumed();
     return leader;

@@ -102,6 +102,11 @@ struct broadcast_state {
 
 }  // namespace detail
 
+/// The sending side of a broadcast channel that keeps the `capacity` newest
+/// values: every receiver (subscribe()) sees every value sent after it
+/// subscribed, unless it falls more than `capacity` behind (broadcast_lagged).
+/// Senders never wait. Not copyable or movable; share it by reference. Any
+/// thread. Full contract: the comment of spindle/broadcast.hpp.
 template <class T>
 class broadcast : public detail::sender_base<detail::broadcast_state<T>> {
   static_assert(std::is_copy_constructible_v<T> && std::is_nothrow_move_constructible_v<T>,
@@ -109,7 +114,7 @@ class broadcast : public detail::sender_base<detail::broadcast_state<T>> {
   using state_type = detail::broadcast_state<T>;
 
  public:
-  using value_type = T;
+  using value_type = T;  ///< the type of the values sent
 
   /// A broadcast retaining the `capacity` newest values. Throws
   /// std::invalid_argument when capacity is 0.
@@ -120,12 +125,17 @@ class broadcast : public detail::sender_base<detail::broadcast_state<T>> {
   /// Closes the broadcast; receivers drain, then see the end.
   ~broadcast() { this->close(); }
 
+  /// One subscriber's move-only handle: recv() yields the values sent after
+  /// it subscribed, in send order. One task or thread at a time uses it.
   class receiver : public detail::receiver_base<state_type> {
    public:
+    /// An empty handle (moved-from state).
     receiver() noexcept = default;
+    /// Takes over `other`'s subscription; `other` is left empty.
     receiver(receiver&& other) noexcept
         : detail::receiver_base<state_type>(std::move(other.state_)),
           next_(std::exchange(other.next_, 0)) {}
+    /// Unsubscribes this handle, then takes over `other`'s subscription.
     receiver& operator=(receiver&& other) noexcept {
       if (this != &other) {
         drop();
@@ -233,6 +243,8 @@ class broadcast : public detail::sender_base<detail::broadcast_state<T>> {
   /// many receivers will see it (0: nobody subscribed, the value is dropped).
   /// Throws channel_closed after close().
   std::size_t send(T const& v) { return send(T(v)); }
+  /// Sends `v` (moved in, then copied to each receiver as it reads it); as
+  /// send(T const&).
   std::size_t send(T&& v) {
     detail::wake_batch wakes;
     std::lock_guard lock{state_->mutex};

@@ -100,6 +100,11 @@ enum class channel_wait_status : unsigned char { waiting, done, closed };
 
 }  // namespace detail
 
+/// A multi-producer multi-consumer FIFO channel of `capacity` values (0:
+/// rendezvous; unbounded()). One object shared by reference, closed
+/// explicitly with close(); make_channel() gives Tokio-style handles over one
+/// instead. Any task or thread; the full contract (closing, cancellation,
+/// errors) is the comment of spindle/channel.hpp.
 template <class T>
 class channel {
   static_assert(std::is_nothrow_move_constructible_v<T>,
@@ -120,7 +125,7 @@ class channel {
   };
 
  public:
-  using value_type = T;
+  using value_type = T;  ///< the type of the values sent
   /// The capacity of an unbounded channel.
   static constexpr std::size_t unbounded_capacity = std::numeric_limits<std::size_t>::max();
 
@@ -139,8 +144,11 @@ class channel {
 
   // ----------------------------------------------------------------- send
 
+  /// The awaiter of send(): completes when the value is buffered or handed
+  /// to a receiver; throws channel_closed when the channel is closed first.
   class [[nodiscard]] send_awaiter : send_node {
    public:
+    /// An awaiter that sends `v` (moved in) on `ch` when awaited.
     send_awaiter(channel& ch, T&& v) noexcept : ch_(&ch), value_(std::move(v)) {
       this->value = &value_;
     }
@@ -153,7 +161,10 @@ class channel {
     /// this_fiber::await may run await_suspend on the fiber's own stack:
     /// the task is woken only through detail::wake, never resumed here.
     using wakes_through_scheduler = void;
+    /// Awaiter protocol: always suspends (the attempt is made under the lock).
     bool await_ready() const noexcept { return false; }
+    /// Awaiter protocol: sends at once if there is room or a waiting
+    /// receiver, else queues the calling task (std::errc::operation_not_permitted outside one).
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);
       detail::require_task(self, "spindle: channel send awaited outside a spindle task");
@@ -173,6 +184,7 @@ class channel {
       detail::set_cancel_hook(self, nullptr, nullptr);
       return false;
     }
+    /// Awaiter protocol: throws channel_closed if the value was not sent.
     void await_resume() {
       suspended_ = false;
       if (this->status == detail::channel_wait_status::closed) throw channel_closed{};
@@ -233,8 +245,11 @@ class channel {
 
   // ----------------------------------------------------------------- recv
 
+  /// The awaiter of recv(): yields the next value, or std::nullopt once the
+  /// channel is closed and drained.
   class [[nodiscard]] recv_awaiter : recv_node {
    public:
+    /// An awaiter that receives from `ch` when awaited.
     explicit recv_awaiter(channel& ch) noexcept : ch_(&ch) {}
     recv_awaiter(recv_awaiter const&) = delete;
     recv_awaiter& operator=(recv_awaiter const&) = delete;
@@ -245,7 +260,11 @@ class channel {
     /// this_fiber::await may run await_suspend on the fiber's own stack:
     /// the task is woken only through detail::wake, never resumed here.
     using wakes_through_scheduler = void;
+    /// Awaiter protocol: always suspends (the attempt is made under the lock).
     bool await_ready() const noexcept { return false; }
+    /// Awaiter protocol: takes a value at once if one is buffered (or the
+    /// channel is closed and drained), else queues the calling task
+    /// (std::errc::operation_not_permitted outside one).
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);
       detail::require_task(self, "spindle: channel recv awaited outside a spindle task");
@@ -325,6 +344,7 @@ class channel {
     }
   }
 
+  /// True once close() was called (a snapshot).
   [[nodiscard]] bool is_closed() const noexcept {
     std::lock_guard lock{mutex_};
     return closed_;
@@ -343,6 +363,7 @@ class channel {
     std::lock_guard lock{mutex_};
     return senders_.size();
   }
+  /// Tasks and threads waiting to receive (a snapshot).
   [[nodiscard]] std::size_t waiting_receivers() const noexcept {
     std::lock_guard lock{mutex_};
     return receivers_.size();
@@ -488,10 +509,15 @@ class sender {
  public:
   /// An empty handle (moved-from state); using it is undefined.
   sender() noexcept = default;
+  /// Another sender of the same channel (the channel stays open for the
+  /// receiver while any sender is left).
   sender(sender const& other) noexcept : state_(other.state_) {
     if (state_) state_->senders.fetch_add(1, std::memory_order_relaxed);
   }
+  /// Takes over `other`'s place; `other` is left empty.
   sender(sender&& other) noexcept = default;
+  /// Drops this sender (possibly the last: the channel closes for the
+  /// receiver), then becomes another sender of `other`'s channel.
   sender& operator=(sender const& other) noexcept {
     if (this != &other) {
       release();
@@ -500,6 +526,7 @@ class sender {
     }
     return *this;
   }
+  /// Drops this sender, then takes over `other`'s place.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       release();
@@ -514,7 +541,11 @@ class sender {
   [[nodiscard]] auto send(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
     return state_->ch.send(std::move(v));
   }
+  /// Sends `v` if that needs no wait (room in the buffer or a waiting
+  /// receiver); false, with `v` not sent, otherwise, also once the receiver
+  /// is gone (the channel is closed).
   [[nodiscard]] bool try_send(T&& v) { return state_->ch.try_send(std::move(v)); }
+  /// try_send of a copy of `v`.
   [[nodiscard]] bool try_send(T const& v) requires std::copy_constructible<T> {
     return state_->ch.try_send(v);
   }
@@ -543,7 +574,10 @@ template <class T>
 class receiver {
  public:
   receiver() noexcept = default;
+  /// Takes over `other`'s place; `other` is left empty.
   receiver(receiver&&) noexcept = default;
+  /// Drops this receiver (senders then see the channel closed), then takes
+  /// over `other`'s place.
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       release();
@@ -558,6 +592,8 @@ class receiver {
   /// `co_await rx.recv()` yields the next value, or std::nullopt once every
   /// sender is gone and the buffer is drained.
   [[nodiscard]] auto recv() noexcept { return state_->ch.recv(); }
+  /// A value if one can be taken without waiting; std::nullopt when there
+  /// is none or the channel has ended.
   [[nodiscard]] std::optional<T> try_recv() { return state_->ch.try_recv(); }
   /// For plain threads (see channel<T>::blocking_recv).
   [[nodiscard]] std::optional<T> blocking_recv() { return state_->ch.blocking_recv(); }

@@ -47,6 +47,7 @@ class channel_closed : public std::runtime_error {
 /// retained.
 class broadcast_lagged : public std::runtime_error {
  public:
+  /// An error for a receiver that skipped `missed` values.
   explicit broadcast_lagged(std::uint64_t missed)
       : std::runtime_error("spindle: broadcast receiver lagged behind and missed " +
                            std::to_string(missed) + " values"),

@@ -32,11 +32,16 @@
 
 namespace spindle {
 
+/// A manual-reset event: wait() completes once the event is set; set() wakes
+/// every waiter and the event stays set until reset(). Any thread. Full
+/// contract: the comment of spindle/event.hpp.
 class event : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "event";
   class wait_awaiter;
 
+  /// An event, set or not.
   explicit event(bool initially_set = false) noexcept : set_(initially_set) {}
   event(event const&) = delete;
   event& operator=(event const&) = delete;
@@ -47,6 +52,7 @@ class event : public detail::sync_waiters {
   void set();
   /// Clears the event; later waits suspend until the next set().
   void reset();
+  /// True while the event is set (a snapshot; acquire).
   [[nodiscard]] bool is_set() const noexcept { return set_.load(std::memory_order_acquire); }
 
   /// For plain threads outside the runtime: blocks until the event is set.
@@ -65,7 +71,9 @@ class event : public detail::sync_waiters {
 class event::wait_awaiter : public detail::sync_awaiter<event> {
  public:
   using sync_awaiter::sync_awaiter;
+  /// Awaiter protocol: true when the event is already set (no suspension).
   bool await_ready() const noexcept { return prim_->is_set(); }
+  /// Awaiter protocol: the event was set.
   void await_resume() noexcept { consumed(); }
 
  private:

@@ -31,13 +31,22 @@
 
 namespace spindle {
 
+/// The owner's move-only handle of a spawned task: `co_await h` yields the
+/// task's T or rethrows its exception (once); abort() cancels it; dropping
+/// the handle detaches the task. Errors, cancellation and thread-safety: the
+/// comment of spindle/join_handle.hpp.
 template <class T>
 class [[nodiscard]] join_handle {
  public:
+  /// A handle of no task (valid() is false).
   join_handle() noexcept = default;
+  /// Internal (spawn): the handle of the spawned task `task`.
   explicit join_handle(detail::task_header* task) noexcept : task_(task) {}
+  /// Takes over `other`'s task; `other` refers to none afterwards.
   join_handle(join_handle&& other) noexcept
       : task_(std::exchange(other.task_, nullptr)), taken_(std::exchange(other.taken_, false)) {}
+  /// Detaches this handle's task (as the destructor does), then takes over
+  /// `other`'s.
   join_handle& operator=(join_handle&& other) noexcept {
     if (this != &other) {
       reset();
@@ -71,15 +80,24 @@ class [[nodiscard]] join_handle {
   /// True once take() (or awaiting the handle) took the result.
   [[nodiscard]] bool result_taken() const noexcept { return taken_; }
 
+  /// The awaiter of `co_await h`: runs a task that is queued but not started
+  /// inline, else suspends until it completes.
   struct awaiter : detail::join_waiter {
-    join_handle* handle;
-    detail::task_header* self = nullptr;
+    join_handle* handle;                  ///< the handle awaited
+    detail::task_header* self = nullptr;  ///< the awaiting task, once suspended
 
+    /// An awaiter of `*h`.
     explicit awaiter(join_handle* h) noexcept : handle(h) {}
+    /// Awaiter protocol: true when the task has completed. Throws
+    /// std::system_error(std::errc::invalid_argument) for an empty handle or
+    /// a result already taken.
     bool await_ready() const {
       handle->check_awaitable();
       return detail::task_is_complete(handle->task_);
     }
+    /// Awaiter protocol: waits for the task. Throws
+    /// std::system_error(std::errc::operation_not_permitted) outside a
+    /// spindle task.
     bool await_suspend(std::coroutine_handle<> caller) {
       self = detail::suspend_current(caller);
       if (self == nullptr) {
@@ -99,13 +117,15 @@ class [[nodiscard]] join_handle {
       detail::set_cancel_hook(self, &awaiter::on_cancel, this);
       return true;
     }
+    /// Awaiter protocol: take().
     T await_resume() { return handle->take(); }
 
+    /// Internal: the task completed; wakes the awaiting task.
     static void on_complete(detail::join_waiter* w) noexcept {
       detail::wake(static_cast<awaiter*>(w)->self);
     }
-    // The awaiting task is aborted: withdraw the registration unless the
-    // completion is already notifying us.
+    /// Internal: the awaiting task is aborted; withdraws the registration
+    /// unless the completion is already notifying it.
     static bool on_cancel(void* self) noexcept {
       return detail::join_unregister(static_cast<awaiter*>(self)->handle->task_);
     }
@@ -113,6 +133,7 @@ class [[nodiscard]] join_handle {
 
   /// Waits for the task; yields its value or rethrows its exception.
   awaiter operator co_await() & noexcept { return awaiter{this}; }
+  /// Waits for the task; yields its value or rethrows its exception.
   awaiter operator co_await() && noexcept { return awaiter{this}; }
 
   /// Takes the result of a finished task (used by block_on and awaiters).

@@ -33,8 +33,11 @@
 
 namespace spindle {
 
+/// A single-use countdown: wait() completes once count_down() has brought the
+/// count to 0. Any thread. Full contract: the comment of spindle/latch.hpp.
 class latch : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "latch";
   class wait_awaiter;
 
@@ -70,7 +73,9 @@ class latch : public detail::sync_waiters {
 class latch::wait_awaiter : public detail::sync_awaiter<latch> {
  public:
   using sync_awaiter::sync_awaiter;
+  /// Awaiter protocol: true when the count is already 0 (no suspension).
   bool await_ready() const noexcept { return prim_->try_wait(); }
+  /// Awaiter protocol: the count reached 0.
   void await_resume() noexcept { consumed(); }
 
  private:

@@ -47,7 +47,9 @@ class [[nodiscard]] mutex_guard {
   mutex_guard() noexcept = default;
   /// Adopts a lock already held (for example after try_lock()).
   mutex_guard(spindle::mutex& m, std::adopt_lock_t) noexcept : m_(&m) {}
+  /// Takes over `other`'s lock; `other` holds nothing afterwards.
   mutex_guard(mutex_guard&& other) noexcept : m_(std::exchange(other.m_, nullptr)) {}
+  /// Unlocks what this guard holds, then takes over `other`'s lock.
   mutex_guard& operator=(mutex_guard&& other) noexcept {
     if (this != &other) {
       unlock();
@@ -63,6 +65,7 @@ class [[nodiscard]] mutex_guard {
   void unlock() noexcept;
   /// True while the guard holds the lock.
   [[nodiscard]] bool owns_lock() const noexcept { return m_ != nullptr; }
+  /// owns_lock().
   explicit operator bool() const noexcept { return owns_lock(); }
   /// The mutex held, or nullptr.
   [[nodiscard]] spindle::mutex* mutex() const noexcept { return m_; }
@@ -73,8 +76,12 @@ class [[nodiscard]] mutex_guard {
   spindle::mutex* m_ = nullptr;
 };
 
+/// An asynchronous FIFO-fair mutex: `co_await m.lock()` suspends the task
+/// (not the thread) and yields a mutex_guard. Any thread; plain threads use
+/// blocking_lock(). Full contract: the comment of spindle/mutex.hpp.
 class mutex : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "mutex";
   class lock_awaiter;
 
@@ -115,6 +122,7 @@ class mutex : public detail::sync_waiters {
 class mutex::lock_awaiter : public detail::sync_awaiter<mutex> {
  public:
   using sync_awaiter::sync_awaiter;
+  /// Awaiter protocol: the guard of the lock now held.
   mutex_guard await_resume() noexcept {
     consumed();
     return mutex_guard{*prim_, std::adopt_lock};

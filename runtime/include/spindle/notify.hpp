@@ -50,8 +50,13 @@ struct notify_node : sync_node {
 };
 }  // namespace detail
 
+/// Wakes tasks waiting for "something changed" (Tokio's Notify):
+/// notify_one() wakes the oldest waiter or stores one permit, notify_all()
+/// wakes the waiters present. Any thread. Full contract: the comment of
+/// spindle/notify.hpp.
 class notify : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "notify";
   class wait_awaiter;
 
@@ -87,9 +92,11 @@ class notify : public detail::sync_waiters {
 /// Awaiter of notify::wait().
 class notify::wait_awaiter : public detail::sync_awaiter<notify, detail::notify_node> {
  public:
+  /// A wait on `n`; a notify_all() from now on completes it.
   explicit wait_awaiter(spindle::notify& n) noexcept : sync_awaiter(n) {
     generation = n.generation_.load(std::memory_order_acquire);
   }
+  /// Awaiter protocol: notified (or a stored permit was taken).
   void await_resume() noexcept { consumed(); }
 
  private:

@@ -82,7 +82,10 @@ class oneshot_sender {
 
  public:
   oneshot_sender() noexcept = default;
+  /// Takes over `other`'s oneshot; `other` is left empty.
   oneshot_sender(oneshot_sender&&) noexcept = default;
+  /// Drops this sender (closing its oneshot if it did not send), then takes
+  /// over `other`'s.
   oneshot_sender& operator=(oneshot_sender&& other) noexcept {
     if (this != &other) {
       drop();
@@ -146,7 +149,10 @@ template <class T>
 class oneshot_receiver {
  public:
   oneshot_receiver() noexcept = default;
+  /// Takes over `other`'s oneshot; `other` is left empty.
   oneshot_receiver(oneshot_receiver&&) noexcept = default;
+  /// Drops this receiver (a later send of its oneshot returns false), then
+  /// takes over `other`'s.
   oneshot_receiver& operator=(oneshot_receiver&& other) noexcept {
     if (this != &other) {
       drop();
@@ -156,8 +162,10 @@ class oneshot_receiver {
   }
   ~oneshot_receiver() { drop(); }
 
+  /// The awaiter of `co_await rx`: yields the value once it is sent.
   class [[nodiscard]] awaiter : detail::wait_node {
    public:
+    /// An awaiter of `*rx`.
     explicit awaiter(oneshot_receiver* rx) noexcept : rx_(rx) {}
     awaiter(awaiter const&) = delete;
     awaiter& operator=(awaiter const&) = delete;
@@ -173,10 +181,17 @@ class oneshot_receiver {
     /// this_fiber::await may run await_suspend on the fiber's own stack:
     /// the task is woken only through detail::wake, never resumed here.
     using wakes_through_scheduler = void;
+    /// Awaiter protocol: always suspends. Throws
+    /// std::system_error(std::errc::invalid_argument) on an empty or already
+    /// used receiver.
     bool await_ready() const {
       rx_->check_valid();
       return false;
     }
+    /// Awaiter protocol: completes at once when the value is there (or the
+    /// sender is gone), else waits. Throws
+    /// std::system_error(std::errc::operation_not_permitted) outside a
+    /// spindle task.
     bool await_suspend(std::coroutine_handle<> caller) {
       detail::task_header* self = detail::suspend_current(caller);
       detail::require_task(self, "spindle: oneshot_receiver awaited outside a spindle task");
@@ -193,6 +208,8 @@ class oneshot_receiver {
       detail::set_cancel_hook(self, &awaiter::on_cancel, this);
       return true;
     }
+    /// Awaiter protocol: the value (consuming the receiver); throws
+    /// channel_closed if the sender was dropped without sending.
     T await_resume() {
       suspended_ = false;
       return rx_->take_ready();
@@ -217,6 +234,7 @@ class oneshot_receiver {
   /// without sending; std::system_error(invalid_argument) on an empty or
   /// already used receiver. The receiver must outlive the wait.
   awaiter operator co_await() & noexcept { return awaiter{this}; }
+  /// Waits for the value, as `co_await rx` on an lvalue.
   awaiter operator co_await() && noexcept { return awaiter{this}; }
 
   /// The value if it was sent (consuming the receiver), std::nullopt if not

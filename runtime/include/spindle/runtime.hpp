@@ -122,7 +122,7 @@ struct runtime_config {
   /// behaviour). The environment variable SPINDLE_IDLE=spins,yields
   /// overrides both. How the defaults were measured: docs/tuning.md.
   std::uint32_t idle_spins = 0;
-  std::uint32_t idle_yields = 4;
+  std::uint32_t idle_yields = 4;  ///< see idle_spins
 };
 
 namespace detail {
@@ -142,6 +142,10 @@ void check_block_on_allowed(scheduler* sched);
 void block_until_complete(scheduler* sched, task_header* task);
 }  // namespace detail
 
+/// A work-stealing scheduler with its worker threads and I/O driver:
+/// block_on() runs a task to completion from a plain thread, spawn() starts
+/// one. Errors, shutdown and thread-safety: the comment of
+/// spindle/runtime.hpp.
 class runtime {
  public:
   /// Starts the workers and the I/O driver. See the file comment for errors.
@@ -224,6 +228,7 @@ class runtime {
   template <class F>
   requires std::invocable<std::decay_t<F>> join_handle<std::invoke_result_t<std::decay_t<F>>>
   spawn_fiber(F&& fn, fiber_options opts);
+  /// spawn_fiber(fn, fiber_options{}): the default stack (see fiber_options).
   template <class F>
   requires std::invocable<std::decay_t<F>> join_handle<std::invoke_result_t<std::decay_t<F>>>
   spawn_fiber(F&& fn);
@@ -306,13 +311,17 @@ requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> 
 /// queue so that other tasks run first. Outside a spindle task it completes
 /// at once.
 struct yield_now {
+  /// Awaiter protocol: always suspends.
   bool await_ready() const noexcept { return false; }
+  /// Awaiter protocol: re-queues the calling task (false, no suspension,
+  /// outside a spindle task).
   bool await_suspend(std::coroutine_handle<> caller) const noexcept {
     detail::task_header* self = detail::suspend_current(caller);
     if (self == nullptr) return false;
     detail::yield_current();  // re-queued when this poll returns
     return true;
   }
+  /// Awaiter protocol: nothing to yield.
   void await_resume() const noexcept {}
 };
 

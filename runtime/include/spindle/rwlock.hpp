@@ -60,7 +60,9 @@ class [[nodiscard]] rwlock_guard {
   /// Adopts a lock already held (for example after try_lock_shared() or
   /// try_lock()).
   rwlock_guard(rwlock& rw, std::adopt_lock_t) noexcept : rw_(&rw) {}
+  /// Takes over `other`'s lock; `other` holds nothing afterwards.
   rwlock_guard(rwlock_guard&& other) noexcept : rw_(std::exchange(other.rw_, nullptr)) {}
+  /// Unlocks what this guard holds, then takes over `other`'s lock.
   rwlock_guard& operator=(rwlock_guard&& other) noexcept {
     if (this != &other) {
       unlock();
@@ -72,8 +74,11 @@ class [[nodiscard]] rwlock_guard {
   rwlock_guard& operator=(rwlock_guard const&) = delete;
   ~rwlock_guard() { unlock(); }
 
+  /// Unlocks now (waking the next waiters); nothing when it holds nothing.
   void unlock() noexcept;
+  /// True while the guard holds the lock.
   [[nodiscard]] bool owns_lock() const noexcept { return rw_ != nullptr; }
+  /// owns_lock().
   explicit operator bool() const noexcept { return owns_lock(); }
   /// Stops managing the lock without unlocking; returns the rwlock.
   rwlock* release() noexcept { return std::exchange(rw_, nullptr); }
@@ -87,8 +92,13 @@ using rwlock_read_guard = rwlock_guard<false>;
 /// Owns the exclusive (write) lock of an rwlock.
 using rwlock_write_guard = rwlock_guard<true>;
 
+/// An asynchronous phase-fair reader-writer lock: `co_await rw.lock_shared()`
+/// (many readers) and `co_await rw.lock()` (one writer) yield guards;
+/// requests are served in arrival order. Any thread. Full contract: the
+/// comment of spindle/rwlock.hpp.
 class rwlock : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "rwlock";
   class read_awaiter;
   class write_awaiter;
@@ -117,6 +127,7 @@ class rwlock : public detail::sync_waiters {
 
   /// For plain threads outside the runtime: block the thread (same queue).
   [[nodiscard]] rwlock_read_guard blocking_lock_shared();
+  /// For plain threads outside the runtime: lock() that blocks the thread.
   [[nodiscard]] rwlock_write_guard blocking_lock();
 
  private:
@@ -140,6 +151,7 @@ class rwlock : public detail::sync_waiters {
 class rwlock::read_awaiter : public detail::sync_awaiter<rwlock, detail::rwlock_node> {
  public:
   using sync_awaiter::sync_awaiter;
+  /// Awaiter protocol: the guard of the shared lock now held.
   rwlock_read_guard await_resume() noexcept {
     consumed();
     return rwlock_read_guard{*prim_, std::adopt_lock};
@@ -153,7 +165,9 @@ class rwlock::read_awaiter : public detail::sync_awaiter<rwlock, detail::rwlock_
 /// Awaiter of rwlock::lock().
 class rwlock::write_awaiter : public detail::sync_awaiter<rwlock, detail::rwlock_node> {
  public:
+  /// A request for the exclusive lock of `rw`.
   explicit write_awaiter(rwlock& rw) noexcept : sync_awaiter(rw) { exclusive = true; }
+  /// Awaiter protocol: the guard of the exclusive lock now held.
   rwlock_write_guard await_resume() noexcept {
     consumed();
     return rwlock_write_guard{*prim_, std::adopt_lock};

@@ -57,8 +57,10 @@ class [[nodiscard]] semaphore_permit {
   semaphore_permit() noexcept = default;
   /// Adopts `count` permits already acquired from `sem`.
   semaphore_permit(semaphore& sem, std::size_t count) noexcept : sem_(&sem), count_(count) {}
+  /// Takes over `other`'s permits; `other` holds none afterwards.
   semaphore_permit(semaphore_permit&& other) noexcept
       : sem_(std::exchange(other.sem_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  /// Releases this guard's permits, then takes over `other`'s.
   semaphore_permit& operator=(semaphore_permit&& other) noexcept {
     if (this != &other) {
       release();
@@ -86,12 +88,17 @@ class [[nodiscard]] semaphore_permit {
   std::size_t count_ = 0;
 };
 
+/// An asynchronous FIFO-fair counting semaphore: `co_await sem.acquire(n)`
+/// waits for n permits, release(n) gives them back (any thread). Full
+/// contract: the comment of spindle/semaphore.hpp.
 class semaphore : public detail::sync_waiters {
  public:
+  /// The name used in this primitive's error messages.
   static constexpr char const* type_name = "semaphore";
   class acquire_awaiter;
   class scoped_acquire_awaiter;
 
+  /// A semaphore holding `permits` permits.
   explicit semaphore(std::size_t permits) noexcept : permits_(permits) {}
   semaphore(semaphore const&) = delete;
   semaphore& operator=(semaphore const&) = delete;
@@ -136,7 +143,9 @@ class semaphore : public detail::sync_waiters {
 /// Awaiter of semaphore::acquire(n).
 class semaphore::acquire_awaiter : public detail::sync_awaiter<semaphore, detail::semaphore_node> {
  public:
+  /// A request for `n` permits of `sem`.
   acquire_awaiter(semaphore& sem, std::size_t n) noexcept : sync_awaiter(sem) { need = n; }
+  /// Awaiter protocol: the permits are now the caller's.
   void await_resume() noexcept { consumed(); }
 
  private:
@@ -148,7 +157,9 @@ class semaphore::acquire_awaiter : public detail::sync_awaiter<semaphore, detail
 class semaphore::scoped_acquire_awaiter
     : public detail::sync_awaiter<semaphore, detail::semaphore_node> {
  public:
+  /// A request for `n` permits of `sem`, returned in a semaphore_permit.
   scoped_acquire_awaiter(semaphore& sem, std::size_t n) noexcept : sync_awaiter(sem) { need = n; }
+  /// Awaiter protocol: the guard releasing the permits.
   semaphore_permit await_resume() noexcept {
     consumed();
     return semaphore_permit{*prim_, need};

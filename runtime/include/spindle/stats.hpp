@@ -34,17 +34,17 @@ struct worker_stats {
 
 /// Totals over all workers, plus per-worker counters.
 struct runtime_stats {
-  std::uint64_t total_spawned = 0;  ///< tasks spawned (workers and other threads)
-  std::uint64_t total_polled = 0;
-  std::uint64_t total_stolen = 0;
-  std::uint64_t total_parked = 0;
-  std::uint64_t lifo_hits = 0;
-  std::uint64_t global_batch_fetches = 0;
-  std::uint64_t detached_exceptions = 0;  ///< exceptions ended with by detached tasks
-  std::uint64_t tasks_alive = 0;          ///< spawned tasks not yet complete
-  std::uint64_t timers_fired = 0;         ///< timers fired (sleeps and timeouts that elapsed)
-  std::uint64_t inline_polls = 0;         ///< polls by the join fast path (see worker_stats)
-  std::vector<worker_stats> workers;
+  std::uint64_t total_spawned = 0;         ///< tasks spawned (workers and other threads)
+  std::uint64_t total_polled = 0;          ///< task polls (resumptions)
+  std::uint64_t total_stolen = 0;          ///< tasks stolen from other workers
+  std::uint64_t total_parked = 0;          ///< times a worker parked
+  std::uint64_t lifo_hits = 0;             ///< polls served from a LIFO slot
+  std::uint64_t global_batch_fetches = 0;  ///< batches taken from the global queue
+  std::uint64_t detached_exceptions = 0;   ///< exceptions ended with by detached tasks
+  std::uint64_t tasks_alive = 0;           ///< spawned tasks not yet complete
+  std::uint64_t timers_fired = 0;          ///< timers fired (sleeps and timeouts that elapsed)
+  std::uint64_t inline_polls = 0;          ///< polls by the join fast path (see worker_stats)
+  std::vector<worker_stats> workers;       ///< per worker, by worker index
   // The spawn_blocking pool (not the thread-pool I/O backend's threads). The
   // first three are values now, not event counts.
   std::uint64_t blocking_threads = 0;       ///< pool threads alive now (busy or idle)

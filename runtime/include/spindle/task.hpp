@@ -126,15 +126,22 @@ class promise<void> final : public promise_base {
 }  // namespace detail
 
 /// Lazy, move-only coroutine; `co_await` it to run it and get its T.
+/// Nothing runs until it is awaited, spawned or given to block_on. One thread
+/// at a time uses a task object. See the comment of spindle/task.hpp.
 template <class T>
 class [[nodiscard]] task {
  public:
-  using promise_type = detail::promise<T>;
-  using value_type = T;
+  using promise_type = detail::promise<T>;  ///< the coroutine promise (internal)
+  using value_type = T;                     ///< what `co_await` of the task yields
 
+  /// An empty task (valid() is false).
   task() noexcept = default;
+  /// Internal (the promise's get_return_object): owns `frame`.
   explicit task(std::coroutine_handle<promise_type> frame) noexcept : frame_(frame) {}
+  /// Takes over `other`'s frame; `other` is left empty.
   task(task&& other) noexcept : frame_(std::exchange(other.frame_, {})) {}
+  /// Destroys this task's frame (a task that never ran does not run), then
+  /// takes over `other`'s.
   task& operator=(task&& other) noexcept {
     if (this != &other) {
       reset();
@@ -151,13 +158,19 @@ class [[nodiscard]] task {
   /// True when the coroutine has run to completion.
   [[nodiscard]] bool done() const noexcept { return !frame_ || frame_.done(); }
 
+  /// The awaiter of `co_await t`: starts the coroutine by symmetric transfer
+  /// and resumes the caller when it finishes.
   struct awaiter {
-    std::coroutine_handle<promise_type> frame;
+    std::coroutine_handle<promise_type> frame;  ///< the task's frame (may be null)
+    /// Awaiter protocol: true for an empty or finished task.
     bool await_ready() const noexcept { return !frame || frame.done(); }
+    /// Awaiter protocol: runs the task, continuing with `caller` at its end.
     std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
       frame.promise().set_continuation(caller);
       return frame;
     }
+    /// Awaiter protocol: the task's value, or its exception rethrown;
+    /// std::invalid_argument for an empty task.
     T await_resume() {
       if (!frame) throw std::invalid_argument("spindle::task: awaiting an empty task");
       return frame.promise().take_result();
@@ -166,6 +179,7 @@ class [[nodiscard]] task {
   /// Runs the task inline; yields its value or rethrows its exception.
   /// Awaiting an empty (moved-from) task throws std::invalid_argument.
   awaiter operator co_await() && noexcept { return awaiter{frame_}; }
+  /// As `co_await std::move(t)`: the task object keeps its (finished) frame.
   awaiter operator co_await() & noexcept { return awaiter{frame_}; }
 
   /// Gives up ownership of the frame (used by spawn and block_on).

@@ -72,6 +72,11 @@
 
 namespace spindle {
 
+/// A scope whose spawned children cannot outlive it: spawn() children on the
+/// calling task's runtime, `co_await join()` waits for all of them and
+/// rethrows the first failure, which also aborts the siblings and requests
+/// stop on get_stop_token(). Full contract (errors, cancellation,
+/// thread-safety): the comment of spindle/task_group.hpp.
 class task_group {
  public:
   /// Throws std::bad_alloc (the stop state).

@@ -62,6 +62,8 @@ namespace detail {
 /// that spawn(sleep_for(d)) can move it into a task), never copyable.
 class [[nodiscard]] sleep_awaiter {
  public:
+  /// An awaiter that resumes its task at `deadline` (steady_clock); one
+  /// already due completes without suspending.
   explicit sleep_awaiter(std::chrono::steady_clock::time_point deadline) noexcept
       : deadline_(deadline) {}
   /// Only before it is awaited: an armed awaiter is in a timer wheel by
@@ -74,6 +76,7 @@ class [[nodiscard]] sleep_awaiter {
     if (armed_) detail::timer_disarm(entry_);
   }
 
+  /// When the sleep ends (steady_clock).
   [[nodiscard]] std::chrono::steady_clock::time_point deadline() const noexcept {
     return deadline_;
   }
@@ -81,7 +84,11 @@ class [[nodiscard]] sleep_awaiter {
   /// this_fiber::await may run await_suspend on the fiber's own stack:
   /// the task is woken only through detail::wake, never resumed here.
   using wakes_through_scheduler = void;
+  /// Awaiter protocol: true once the deadline has passed (no suspension).
   bool await_ready() const noexcept { return deadline_ <= std::chrono::steady_clock::now(); }
+  /// Awaiter protocol: arms the timer of the calling task. Throws
+  /// std::system_error(std::errc::operation_not_permitted) outside a spindle
+  /// task.
   bool await_suspend(std::coroutine_handle<> caller) {
     detail::task_header* self = detail::suspend_current(caller);
     if (self == nullptr)
@@ -95,7 +102,8 @@ class [[nodiscard]] sleep_awaiter {
     armed_ = true;
     return true;
   }
-  void await_resume() noexcept { armed_ = false; }  // it fired: out of the wheel
+  /// Awaiter protocol: the timer fired (it is out of the wheel).
+  void await_resume() noexcept { armed_ = false; }
 
  private:
   static bool on_cancel(void* self) noexcept {

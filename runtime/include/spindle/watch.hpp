@@ -78,13 +78,17 @@ struct watch_state {
 
 }  // namespace detail
 
+/// The sending side of a single-value channel that keeps only the latest
+/// value (send() replaces it, never waits); receivers (subscribe()) await
+/// changed() and read get(). Not copyable or movable; share it by reference.
+/// Any thread. Full contract: the comment of spindle/watch.hpp.
 template <class T>
 class watch : public detail::sender_base<detail::watch_state<T>> {
   static_assert(std::is_copy_constructible_v<T>, "spindle::watch<T> needs a copyable T");
   using state_type = detail::watch_state<T>;
 
  public:
-  using value_type = T;
+  using value_type = T;  ///< the type of the value watched
 
   /// A watch holding `initial` (version 0).
   explicit watch(T initial)
@@ -94,22 +98,30 @@ class watch : public detail::sender_base<detail::watch_state<T>> {
   /// Closes the watch.
   ~watch() { this->close(); }
 
+  /// A subscriber's handle: remembers the last version it saw. Copyable (a
+  /// copy starts from the same seen version). One task or thread at a time
+  /// uses one receiver object.
   class receiver : public detail::receiver_base<state_type> {
    public:
+    /// An empty handle (moved-from state).
     receiver() noexcept = default;
+    /// Another receiver of the same watch, having seen what `other` saw.
     receiver(receiver const& other)
         : detail::receiver_base<state_type>(other.state_), seen_(other.seen_) {
       attach();
     }
+    /// Takes over `other`'s place; `other` is left empty.
     receiver(receiver&& other) noexcept
         : detail::receiver_base<state_type>(std::move(other.state_)),
           seen_(std::exchange(other.seen_, 0)) {}
+    /// Copy or move assignment (copy and swap).
     receiver& operator=(receiver other) noexcept {
       swap(other);
       return *this;
     }
     ~receiver() { detach(); }
 
+    /// Exchanges the watches and seen versions of two receivers.
     void swap(receiver& other) noexcept {
       std::swap(state_, other.state_);
       std::swap(seen_, other.seen_);

@@ -68,8 +68,8 @@ namespace spindle {
 /// is `index`.
 template <class T>
 struct when_any_result {
-  std::size_t index;
-  T value;
+  std::size_t index;  ///< which argument (or range element) finished first, from 0
+  T value;            ///< its value
 };
 
 namespace detail {

@@ -69,9 +69,11 @@ struct file_status {
   [[nodiscard]] std::filesystem::perms permissions() const noexcept {
     return static_cast<std::filesystem::perms>(mode & 07777u);
   }
+  /// True for a regular file.
   [[nodiscard]] bool is_regular() const noexcept {
     return type == std::filesystem::file_type::regular;
   }
+  /// True for a directory.
   [[nodiscard]] bool is_directory() const noexcept {
     return type == std::filesystem::file_type::directory;
   }
@@ -82,12 +84,13 @@ class file {
  public:
   /// A file that is not open.
   file() noexcept = default;
+  /// Takes over `other`'s descriptor; `other` is left not open.
   file(file&& other) noexcept;
   /// Closes the current descriptor (synchronously) and takes `other`'s.
   file& operator=(file&& other) noexcept;
   file(file const&) = delete;
   file& operator=(file const&) = delete;
-  /// Closes the descriptor with ::close if still open (errors ignored).
+  /// Closes the descriptor with close(2) if still open (errors ignored).
   ~file();
 
   /// Opens `path` (openat relative to the current directory) with `flags`
@@ -148,7 +151,7 @@ class file {
 
   /// Closes the descriptor through the driver. The file is not open
   /// afterwards even when this throws (EIO, ENOSPC, ... from the close,
-  /// as with ::close). EBADF when it is not open.
+  /// as with close(2)). EBADF when it is not open.
   task<void> close();
 
   /// The descriptor, or -1 when not open.
