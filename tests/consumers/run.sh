@@ -73,17 +73,16 @@ if [ ${#missing[@]} -eq 0 ]; then
 else
   ko "meson install --destdir: missing ${missing[*]}"
 fi
-# Every public header compiles on its own from the installed tree.
-bad=()
-for h in "$root"/include/spindle/*.hpp "$root"/include/spindle/io/*.hpp; do
-  rel=${h#"$root/include/"}
-  echo "#include <$rel>" | "$cxx" -std=c++20 -fsyntax-only -Wall -Wextra -Werror \
-    -I"$root/include" -x c++ - >"$log" 2>&1 || bad+=("$rel")
-done
-if [ ${#bad[@]} -eq 0 ]; then
+# Every public header compiles on its own from the installed tree (one
+# compiler per core).
+export cxx root
+bad=$(cd "$root/include" && printf "%s\n" spindle/*.hpp spindle/io/*.hpp |
+  xargs -P "$(nproc)" -I{} sh -c 'echo "#include <{}>" | "$cxx" -std=c++20 -fsyntax-only \
+    -Wall -Wextra -Werror -I"$root/include" -x c++ - >/dev/null 2>&1 || echo {}')
+if [ -z "$bad" ]; then
   ok "every installed public header compiles alone"
 else
-  ko "installed headers that do not compile alone: ${bad[*]}"
+  ko "installed headers that do not compile alone:" $bad
 fi
 leaks=$(grep -rlF -e "$src" -e "$build" "$dest" --include='*.hpp' --include='*.pc' \
   --include='*.cmake' 2>/dev/null)
