@@ -126,6 +126,7 @@ concept fold_algebra = detail::has_accumulate<F, N>;
 /// The heap type H and result type R of fold F over nodes N.
 template <class F, class N>
 using fold_heap_t = detail::fold_heap_t<F, N>;
+/// The result type R of fold F over nodes N (what finalize returns).
 template <class F, class N>
 using fold_result_t = detail::fold_value_t<F, N>;
 
@@ -335,13 +336,21 @@ class runtime_fold {
 template <class G, class F, class N>
 class [[nodiscard]] fold_awaiter {
  public:
-  using wakes_through_scheduler = void;  // this_fiber::await may suspend in place
+  /// this_fiber::await may run await_suspend on the fiber's own stack: the
+  /// task is woken only through the scheduler, never resumed here.
+  using wakes_through_scheduler = void;
 
+  /// A fold of the tree below `root`; `graph` and `fold` are used by
+  /// reference and must outlive the awaiting.
   fold_awaiter(G const& graph, F const& fold, N root, fold_policy policy)
       : graph_(&graph), fold_(&fold), root_(std::move(root)), policy_(policy) {}
 
+  /// Awaiter protocol: always suspends.
   bool await_ready() const noexcept { return false; }
 
+  /// Awaiter protocol: starts the helper tasks and suspends the caller.
+  /// Throws std::system_error(std::errc::operation_not_permitted) outside a
+  /// spindle task or fiber.
   bool await_suspend(std::coroutine_handle<> caller) {
     std::size_t workers = detail::current_runtime_workers();
     detail::task_header* self = detail::suspend_current(caller);
@@ -355,6 +364,8 @@ class [[nodiscard]] fold_awaiter {
     return true;
   }
 
+  /// Awaiter protocol: the root's result, or the fold's first exception
+  /// rethrown.
   fold_result_t<F, N> await_resume() { return run_->result(); }
 
  private:

@@ -240,6 +240,8 @@ class runtime {
   /// worker throws std::system_error(std::errc::resource_deadlock_would_occur).
   template <class G, class F, class N>
   auto fold(G const& graph, F const& fold, N root);
+  /// fold(graph, fold, root) with the scheduling choices of `policy` (see
+  /// fold_policy).
   template <class G, class F, class N>
   auto fold(G const& graph, F const& fold, N root, fold_policy policy);
 
