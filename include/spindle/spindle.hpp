@@ -23,6 +23,7 @@
 #include "spindle/net.hpp"
 #include "spindle/notify.hpp"
 #include "spindle/oneshot.hpp"
+#include "spindle/process.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/rwlock.hpp"
 #include "spindle/semaphore.hpp"

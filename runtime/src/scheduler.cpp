@@ -169,6 +169,9 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
 }
 
 scheduler::~scheduler() {
+  // Processes first, while everything still runs: their receives throw
+  // task_cancelled and their bodies get process_shutdown_timeout to end.
+  shutdown_processes(*this);
   // Blocking jobs: the queued ones are dropped before the gate closes (a job
   // that sees spawns refused knows that nothing queued behind it will run),
   // the running ones are waited for while the workers still run the tasks
@@ -394,6 +397,7 @@ runtime_stats scheduler::stats() const {
   out.blocking_idle_threads = b.idle;
   out.blocking_queue_depth = b.queue_depth;
   out.blocking_jobs = b.completed;
+  collect_process_stats(*this, out);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "core.hpp"
 #include "driver.hpp"
 #include "owned_tasks.hpp"
+#include "process_registry.hpp"
 #include "spindle/runtime.hpp"
 #include "worker.hpp"
 
@@ -66,6 +67,9 @@ class scheduler final : public core_platform {
   [[nodiscard]] runtime_config const& config() const noexcept { return config_; }
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
+  /// The processes of this runtime (spindle/process.hpp).
+  [[nodiscard]] process_registry& processes() noexcept { return processes_; }
+  [[nodiscard]] process_registry const& processes() const noexcept { return processes_; }
 
   // What the driver's io_host calls (driver.hpp).
   /// The calling thread's worker index if it is one of ours, else not_a_worker.
@@ -180,6 +184,7 @@ class scheduler final : public core_platform {
   block_on_sleepers block_on_sleepers_;
   // spawn_blocking jobs; shut down after the workers stop, before frames go.
   blocking_pool blocking_;
+  process_registry processes_;
 };
 
 }  // namespace spindle::detail

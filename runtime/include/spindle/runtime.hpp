@@ -67,8 +67,11 @@
 
 namespace spindle {
 
-struct fiber_options;  // spindle/fiber.hpp
-struct fold_policy;    // spindle/fold.hpp
+struct fiber_options;    // spindle/fiber.hpp
+struct fold_policy;      // spindle/fold.hpp
+struct process_options;  // spindle/process.hpp
+template <class Msg>
+class pid;  // spindle/process.hpp
 
 /// Which I/O driver completes file operations.
 enum class io_backend : std::uint8_t {
@@ -123,6 +126,9 @@ struct runtime_config {
   /// overrides both. How the defaults were measured: docs/tuning.md.
   std::uint32_t idle_spins = 0;
   std::uint32_t idle_yields = 4;  ///< see idle_spins
+  /// How long the destructor waits for the bodies of cancelled processes
+  /// (spindle/process.hpp) to end before it destroys their frames (ms, >= 0).
+  std::chrono::milliseconds process_shutdown_timeout{5000};
 };
 
 namespace detail {
@@ -244,6 +250,12 @@ class runtime {
   /// fold_policy).
   template <class G, class F, class N>
   auto fold(G const& graph, F const& fold, N root, fold_policy policy);
+  /// Spawns a process taking messages of type Msg from any thread; see
+  /// spindle/process.hpp, which defines it (include it, or spindle.hpp).
+  template <class Msg, class F>
+  pid<Msg> spawn_process(F&& body, process_options opts);
+  template <class Msg, class F>
+  pid<Msg> spawn_process(F&& body);
 
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;

@@ -51,6 +51,15 @@ struct runtime_stats {
   std::uint64_t blocking_idle_threads = 0;  ///< of those, waiting for a job
   std::uint64_t blocking_queue_depth = 0;   ///< jobs queued that no thread has started
   std::uint64_t blocking_jobs = 0;          ///< jobs run to the end (returned or threw)
+  // Processes (spindle/process.hpp): the first four are values now (alive
+  // processes per state, a snapshot taken slot by slot), the rest counts.
+  std::uint64_t processes_ready = 0;      ///< queued to run
+  std::uint64_t processes_running = 0;    ///< being polled
+  std::uint64_t processes_blocked = 0;    ///< suspended on something other than receive
+  std::uint64_t processes_idle = 0;       ///< parked in receive / receive_for
+  std::uint64_t processes_completed = 0;  ///< bodies ended (returned, threw or destroyed)
+  std::uint64_t messages_sent = 0;        ///< messages put into mailboxes
+  std::uint64_t messages_received = 0;    ///< messages taken by receive / receive_for
 };
 
 }  // namespace spindle

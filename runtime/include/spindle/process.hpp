@@ -1,0 +1,500 @@
+// spindle processes: long-lived coroutines addressed by a pid, each with a
+// lock-free mailbox, scheduled on the runtime's workers like any task.
+//
+//   auto echo = rt.spawn_process<int>([](spindle::process_context<int>& ctx)
+//                                         -> spindle::task<void> {
+//     for (;;) {
+//       int v = co_await ctx.receive();   // Idle while the mailbox is empty
+//       if (v < 0) co_return;
+//     }
+//   });
+//   spindle::send(echo, 42);              // any thread; never blocks
+//   rt.block_on(spindle::monitor(echo));  // rethrows the body's exception
+//
+// Shape:
+// - pid<Msg>: 64 bits, a generation (high 32) and a slot index (low 32) in a
+//   process-wide pid table (chunks of 4096 slots, lookups lock-free: one CAS
+//   on the slot's word takes a reference). A slot is reused with the next
+//   generation, so a stale pid never reaches a newer process; value() 0 is
+//   never issued.
+// - A process is a spawned task (the body's task<void> awaited by a wrapper)
+//   plus a block holding its mailbox: Vyukov's non-intrusive MPSC queue (one
+//   exchange and one store per send, wait-free) and one 32-bit word,
+//   count << 1 | running. A send links its message, then adds 2; the send
+//   that finds the word 0 (nothing counted, the process parked in receive)
+//   wakes the task with detail::wake. The receiver takes only counted
+//   messages and parks with one CAS from "all counted messages taken" to 0,
+//   so a message counted after that CAS always finds the word 0 and wakes it:
+//   no lost wake-up, never a spurious one. A wake while the process still
+//   runs (between the CAS and the end of its poll) marks the task NOTIFIED
+//   and the worker re-queues it after the poll: the seed's wakeup flag.
+//   receive_for arms a timer whose claim is the same word (the timer wins
+//   only from 0), so exactly one of message, timeout and shutdown wakes it.
+// - States (state_of, stats): ready (queued), running (being polled),
+//   idle (parked in receive), blocked (suspended on anything else: I/O, a
+//   sleep, a mutex, a monitor), complete (body ended, or pid unknown).
+// - Bounded mailboxes (process_options::mailbox_capacity > 0): a semaphore of
+//   capacity permits; send returns false when none is left, send_async waits.
+// - Shutdown: the runtime's destructor first cancels every process of the
+//   runtime: a pending or later receive/receive_for throws
+//   spindle::task_cancelled; it waits up to
+//   runtime_config::process_shutdown_timeout for the bodies to end, then
+//   goes on with the usual shutdown, which destroys the remaining frames
+//   (their monitors see task_cancelled).
+//
+// Errors: spawn_process outside a runtime throws std::system_error(
+// std::errc::operation_not_permitted), like spawn; after the runtime began to
+// shut down the process starts cancelled. send to a completed or never-issued
+// pid returns false. monitor rethrows what ended the body (task_cancelled
+// when it was cancelled or destroyed by shutdown); a monitor that starts
+// after the slot was reused completes normally (the outcome is gone).
+//
+// Thread-safety: send, send_async, state_of, monitor and spawn_process may
+// be used from any thread, task, fiber or process (spawn_process and monitor
+// as spawn and block_on allow); process_context is used by its own process
+// only. A pid may outlive its runtime (sends then return false).
+// Design source: seed 004 (the Go process scheduler: states, the wakeup
+// flag, routing by PID, cancel on shutdown), Vyukov's MPSC queue, Erlang's
+// pids (index + serial), Tokio's notified-while-running task state.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "spindle/detail/task_header.hpp"
+#include "spindle/detail/timer_entry.hpp"
+#include "spindle/errors.hpp"
+#include "spindle/event.hpp"
+#include "spindle/join_handle.hpp"
+#include "spindle/runtime.hpp"
+#include "spindle/semaphore.hpp"
+#include "spindle/task.hpp"
+
+namespace spindle {
+
+/// Where a process stands (seed 004's states).
+enum class process_state : std::uint8_t { ready, running, blocked, idle, complete };
+
+/// Options of spawn_process.
+struct process_options {
+  /// Most messages the mailbox holds (sent, not yet received); 0 = unbounded.
+  /// With a bound, send returns false when the mailbox is full and
+  /// send_async waits for room.
+  std::size_t mailbox_capacity = 0;
+};
+
+template <class Msg>
+class process_context;
+
+/// The address of a process taking messages of type Msg. Copyable, 8 bytes.
+template <class Msg>
+class pid {
+ public:
+  /// A pid that was never issued: send returns false, state_of is complete.
+  constexpr pid() noexcept = default;
+  /// Generation << 32 | slot index; 0 for a default-constructed pid.
+  [[nodiscard]] constexpr std::uint64_t value() const noexcept { return value_; }
+  friend constexpr bool operator==(pid const&, pid const&) noexcept = default;
+
+ private:
+  template <class>
+  friend class process_context;
+  template <class M, class F>
+  friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts);
+  explicit constexpr pid(std::uint64_t v) noexcept : value_(v) {}
+  std::uint64_t value_ = 0;
+};
+
+namespace detail {
+
+/// The untyped part of a process: the mailbox word, the task, the monitors.
+struct process_base {
+  process_base() = default;
+  process_base(process_base const&) = delete;
+  process_base& operator=(process_base const&) = delete;
+  virtual ~process_base() = default;
+
+  /// count << 1 | running. 0: parked in receive with every counted message
+  /// taken. Senders add 2 after linking; the receiver parks by CAS to 0.
+  alignas(64) std::atomic<std::uint32_t> word{1};
+  std::atomic<bool> cancelled{false};   ///< shutdown: receive throws task_cancelled
+  std::atomic<bool> in_receive{false};  ///< for state_of: suspended in receive
+  // The receiver's side (its own thread only, atomics for stats readers).
+  alignas(64) std::atomic<std::uint32_t> taken{0};  ///< counted messages taken since the last park
+  std::uint32_t avail = 0;                          ///< counted and not taken yet
+  std::atomic<std::uint64_t> received{0};           ///< messages received in all
+  task_header* task = nullptr;  ///< the process's task (header kept alive by `handle`)
+  scheduler* sched = nullptr;
+  std::uint64_t pid_value = 0;
+  join_handle<void> handle;         ///< keeps the task header while senders may wake it
+  event done;                       ///< set when the body ended
+  std::unique_ptr<semaphore> room;  ///< bounded mailboxes: permits = free places
+
+  /// Reads the word: counted messages not taken yet, or -1 when cancelled.
+  void refresh(std::uint32_t w) noexcept {
+    avail = (w >> 1) - taken.load(std::memory_order_relaxed);
+  }
+  /// Takes one counted message off the count (after popping it).
+  void took() noexcept;
+  /// Receiver: parks (CAS to 0) when every counted message is taken.
+  /// Returns false (and refreshes avail) when more arrived.
+  bool try_park() noexcept;
+  /// Receiver, after a park's wake: sets the running bit unless
+  /// `bit_already_set` (a timer that fired set it), refreshes avail.
+  void unpark(bool bit_already_set) noexcept;
+  /// Sender, after linking a message: counts it, wakes a parked receiver.
+  void count_and_wake() noexcept;
+};
+
+/// One message in the queue (the dummy node has no value).
+template <class Msg>
+struct mailbox_node {
+  std::atomic<mailbox_node*> next{nullptr};
+  union {
+    Msg value;
+  };
+  mailbox_node() noexcept {}
+  template <class... A>
+  explicit mailbox_node(std::in_place_t, A&&... a) : value(std::forward<A>(a)...) {}
+  ~mailbox_node() {}
+};
+
+/// A process block with its Vyukov MPSC queue (head: the receiver's dummy).
+template <class Msg>
+struct process_block final : process_base {
+  mailbox_node<Msg>* head;                           ///< receiver: dummy node
+  alignas(64) std::atomic<mailbox_node<Msg>*> tail;  ///< senders exchange
+
+  process_block() : head(new mailbox_node<Msg>()), tail(head) {}
+  ~process_block() override {
+    // The last reference went: nobody is pushing. Destroy what is left.
+    while (mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire)) {
+      next->value.~Msg();
+      delete head;
+      head = next;
+    }
+    delete head;
+  }
+  /// Any thread: links `msg` (wait-free), then counts it.
+  void push(Msg&& msg) {
+    auto* n = new mailbox_node<Msg>(std::in_place, std::move(msg));
+    mailbox_node<Msg>* prev = tail.exchange(n, std::memory_order_acq_rel);
+    prev->next.store(n, std::memory_order_release);
+    count_and_wake();
+  }
+  /// Receiver, with avail > 0: the oldest counted message.
+  Msg pop() {
+    mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire);
+    // Counted implies linked (the count follows the link).
+    Msg out(std::move(next->value));
+    next->value.~Msg();
+    delete head;
+    head = next;
+    took();
+    if (room) room->release(1);
+    return out;
+  }
+};
+
+// The pid table (process.cpp).
+/// Issues a pid for `block` on `sched` (one reference held for the caller).
+[[nodiscard]] std::uint64_t pid_issue(process_base* block, scheduler* sched);
+/// A reference to the live process `value` names, or nullptr.
+[[nodiscard]] process_base* pid_acquire(std::uint64_t value) noexcept;
+/// Gives back a reference taken by pid_issue, pid_acquire or pid_observe.
+void pid_release(std::uint64_t value) noexcept;
+/// For monitor: 0 unknown (nothing held), 1 live (block set, reference
+/// held), 2 complete with the outcome kept (reference held).
+[[nodiscard]] int pid_observe(std::uint64_t value, process_base*& block) noexcept;
+/// The exception that ended the body (with a reference from pid_observe,
+/// once complete).
+[[nodiscard]] std::exception_ptr pid_outcome(std::uint64_t value) noexcept;
+/// Marks the process complete with `error` (null: returned normally), sets
+/// `done`, drops the process's own hold on the block.
+void pid_finish(process_base* block, std::exception_ptr error) noexcept;
+[[nodiscard]] process_state pid_state(std::uint64_t value) noexcept;
+/// The receiver's cancel hook while parked in receive.
+bool receive_cancel_hook(void* block) noexcept;
+/// The same for receive_for (`awaiter` is a timed_receive_base).
+bool timed_receive_cancel_hook(void* awaiter) noexcept;
+
+/// The timer half of receive_for.
+struct timed_receive_base {
+  process_base* block = nullptr;
+  timer_entry entry;
+  bool armed = false;
+  bool parked = false;
+  bool bit_set = false;  ///< suspend set the running bit back itself (deadline passed)
+  /// await_suspend's common part: parks, arms; false: resume now.
+  bool suspend(task_header* self, std::chrono::steady_clock::time_point deadline);
+  /// await_resume's common part: disarms, sets the running bit back.
+  void resume() noexcept;
+  ~timed_receive_base() {
+    if (armed) timer_disarm(entry);
+  }
+};
+
+template <class Msg, class F>
+task<void> process_main(process_context<Msg> ctx, F body);
+
+}  // namespace detail
+
+/// What a process body gets: its pid and its mailbox. Used by the process
+/// only (not thread-safe); lives as long as the body.
+template <class Msg>
+class process_context {
+ public:
+  process_context(process_context&& other) noexcept
+      : block_(std::exchange(other.block_, nullptr)), finished_(other.finished_) {}
+  process_context(process_context const&) = delete;
+  process_context& operator=(process_context const&) = delete;
+  process_context& operator=(process_context&&) = delete;
+  ~process_context() {
+    // Destroyed before the body ended (shutdown, or spawn refused).
+    if (block_ != nullptr && !finished_)
+      detail::pid_finish(block_, std::make_exception_ptr(task_cancelled{}));
+  }
+
+  /// This process's pid.
+  [[nodiscard]] pid<Msg> self() const noexcept { return pid<Msg>{block_->pid_value}; }
+
+  class receive_awaiter;
+  class receive_for_awaiter;
+
+  /// `co_await ctx.receive()` yields the next message, in the order the
+  /// sends were linked (per sender: in send order). The process is Idle
+  /// while it waits. Throws task_cancelled once the runtime shuts down.
+  [[nodiscard]] receive_awaiter receive() noexcept { return receive_awaiter{block()}; }
+  /// Like receive(), but yields std::nullopt when no message came within
+  /// `d` (timer resolution: 1 ms, never early). d <= 0 only looks.
+  [[nodiscard]] receive_for_awaiter receive_for(std::chrono::nanoseconds d) noexcept {
+    return receive_for_awaiter{block(), d};
+  }
+  /// Messages taken so far by this process.
+  [[nodiscard]] std::uint64_t received() const noexcept {
+    return block_->received.load(std::memory_order_relaxed);
+  }
+
+ private:
+  template <class M, class F>
+  friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts);
+  template <class M, class F>
+  friend task<void> detail::process_main(process_context<M> ctx, F body);
+
+  explicit process_context(detail::process_block<Msg>* b) noexcept : block_(b) {}
+  [[nodiscard]] detail::process_block<Msg>* block() const noexcept { return block_; }
+  void finish(std::exception_ptr e) noexcept {
+    finished_ = true;
+    detail::pid_finish(block_, std::move(e));
+  }
+
+  detail::process_block<Msg>* block_;
+  bool finished_ = false;
+};
+
+/// Awaiter of process_context::receive().
+template <class Msg>
+class process_context<Msg>::receive_awaiter {
+ public:
+  explicit receive_awaiter(detail::process_block<Msg>* b) noexcept : b_(b) {}
+  bool await_ready() noexcept {
+    if (b_->avail == 0) b_->refresh(b_->word.load(std::memory_order_acquire));
+    return b_->avail != 0 || b_->cancelled.load(std::memory_order_acquire);
+  }
+  bool await_suspend(std::coroutine_handle<> caller) noexcept {
+    detail::task_header* self = detail::suspend_current(caller);
+    detail::set_cancel_hook(self, &detail::receive_cancel_hook, b_);
+    if (!b_->try_park()) {
+      detail::set_cancel_hook(self, nullptr, nullptr);
+      return false;
+    }
+    parked_ = true;
+    return true;
+  }
+  Msg await_resume() {
+    if (parked_) b_->unpark(false);
+    if (b_->cancelled.load(std::memory_order_acquire)) throw task_cancelled{};
+    return b_->pop();
+  }
+
+ private:
+  detail::process_block<Msg>* b_;
+  bool parked_ = false;
+};
+
+/// Awaiter of process_context::receive_for().
+template <class Msg>
+class process_context<Msg>::receive_for_awaiter : detail::timed_receive_base {
+ public:
+  receive_for_awaiter(detail::process_block<Msg>* b, std::chrono::nanoseconds d) noexcept
+      : b_(b), d_(d) {
+    block = b;
+  }
+  bool await_ready() noexcept {
+    if (b_->avail == 0) b_->refresh(b_->word.load(std::memory_order_acquire));
+    return b_->avail != 0 || b_->cancelled.load(std::memory_order_acquire) || d_ <= d_.zero();
+  }
+  bool await_suspend(std::coroutine_handle<> caller) {
+    auto now = std::chrono::steady_clock::now();
+    auto limit = std::chrono::steady_clock::time_point::max() - now;
+    auto deadline = d_ >= limit ? std::chrono::steady_clock::time_point::max() : now + d_;
+    return suspend(detail::suspend_current(caller), deadline);
+  }
+  std::optional<Msg> await_resume() {
+    resume();
+    if (b_->cancelled.load(std::memory_order_acquire)) throw task_cancelled{};
+    if (b_->avail == 0) return std::nullopt;
+    return std::optional<Msg>(b_->pop());
+  }
+
+ private:
+  detail::process_block<Msg>* b_;
+  std::chrono::nanoseconds d_;
+};
+
+namespace detail {
+
+template <class Msg, class F>
+SPINDLE_COROUTINE_TEMPLATE task<void> process_main(process_context<Msg> ctx, F body) {
+  std::exception_ptr error;
+  try {
+    co_await std::invoke(body, ctx);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  ctx.finish(std::move(error));
+}
+
+}  // namespace detail
+
+/// Spawns a process on `sched` (spawn_process and runtime::spawn_process).
+template <class Msg, class F>
+pid<Msg> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts) {
+  static_assert(std::is_move_constructible_v<Msg>, "spindle: process messages must be movable");
+  static_assert(std::is_invocable_r_v<task<void>, std::decay_t<F>&, process_context<Msg>&>,
+                "spindle::spawn_process: the body must be callable as "
+                "body(process_context<Msg>&) returning task<void>");
+  auto owned = std::make_unique<detail::process_block<Msg>>();
+  auto* b = owned.get();
+  if (opts.mailbox_capacity != 0) b->room = std::make_unique<semaphore>(opts.mailbox_capacity);
+  task<void> t =
+      detail::process_main<Msg>(process_context<Msg>(b), std::decay_t<F>(std::forward<F>(body)));
+  auto frame = t.release();
+  b->task = detail::task_header::of_frame(frame.address());
+  std::uint64_t v = 0;
+  try {
+    // From here the pid table owns the block; we hold one reference on it.
+    v = detail::pid_issue(b, sched);
+  } catch (...) {
+    frame.destroy();
+    throw;
+  }
+  (void)owned.release();
+  b->handle = join_handle<void>{detail::spawn_root(sched, frame, &frame.promise())};
+  detail::pid_release(v);
+  return pid<Msg>{v};
+}
+
+/// Spawns a process on the runtime of the calling thread (a worker, a thread
+/// inside block_on, a process, a fiber). `body(process_context<Msg>&)` must
+/// return task<void>; it is moved into the process and lives as long as it.
+/// Elsewhere throws std::system_error(std::errc::operation_not_permitted).
+template <class Msg, class F>
+pid<Msg> spawn_process(F&& body, process_options opts = {}) {
+  detail::scheduler* sched = detail::current_scheduler();
+  if (sched == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "spindle::spawn_process called outside a spindle runtime");
+  }
+  return detail_spawn_process<Msg>(sched, std::forward<F>(body), opts);
+}
+
+template <class Msg, class F>
+pid<Msg> runtime::spawn_process(F&& body, process_options opts) {
+  return detail_spawn_process<Msg>(sched_.get(), std::forward<F>(body), opts);
+}
+template <class Msg, class F>
+pid<Msg> runtime::spawn_process(F&& body) {
+  return detail_spawn_process<Msg>(sched_.get(), std::forward<F>(body), process_options{});
+}
+
+/// Sends `msg` to `to` from any thread; never blocks. Returns false (and
+/// drops `msg`) when the process has completed, the pid was never issued,
+/// or its bounded mailbox is full. A true return means the message is in the
+/// mailbox; it is lost only if the process ends without receiving it.
+template <class Msg>
+bool send(pid<Msg> const& to, Msg msg) {
+  detail::process_base* base = detail::pid_acquire(to.value());
+  if (base == nullptr) return false;
+  auto* b = static_cast<detail::process_block<Msg>*>(base);
+  bool ok = true;
+  if (b->room && !b->room->try_acquire(1)) {
+    ok = false;
+  } else {
+    try {
+      b->push(std::move(msg));
+    } catch (...) {
+      detail::pid_release(to.value());
+      throw;
+    }
+  }
+  detail::pid_release(to.value());
+  return ok;
+}
+
+/// Sends `msg`, waiting (suspended, from a task) while a bounded mailbox is
+/// full. Yields false when the process completed before there was room.
+template <class Msg>
+SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, Msg msg) {
+  detail::process_base* base = detail::pid_acquire(to.value());
+  if (base == nullptr) co_return false;
+  struct release_guard {
+    std::uint64_t v;
+    ~release_guard() { detail::pid_release(v); }
+  } guard{to.value()};
+  auto* b = static_cast<detail::process_block<Msg>*>(base);
+  if (b->room) co_await b->room->acquire(1);
+  if (b->done.is_set()) co_return false;
+  b->push(std::move(msg));
+  co_return true;
+}
+
+/// Where the process stands now (complete for a finished or unknown pid).
+/// Any thread; a snapshot.
+template <class Msg>
+[[nodiscard]] process_state state_of(pid<Msg> const& p) noexcept {
+  return detail::pid_state(p.value());
+}
+
+namespace detail {
+task<void> monitor_value(std::uint64_t value);
+}  // namespace detail
+
+/// Completes when the process completes: returns if its body returned,
+/// rethrows the exception that ended it (task_cancelled for a process
+/// cancelled or destroyed by shutdown). Completes at once for an unknown
+/// pid. Await it from a task (or rt.block_on(monitor(p))).
+template <class Msg>
+[[nodiscard]] task<void> monitor(pid<Msg> p) {
+  return detail::monitor_value(p.value());
+}
+
+}  // namespace spindle
+
+template <class Msg>
+struct std::hash<spindle::pid<Msg>> {
+  std::size_t operator()(spindle::pid<Msg> const& p) const noexcept {
+    return std::hash<std::uint64_t>{}(p.value());
+  }
+};

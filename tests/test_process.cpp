@@ -1,0 +1,462 @@
+// spindle processes (spindle/process.hpp): pids, mailboxes, receive and
+// receive_for, monitor, state_of, bounded mailboxes, shutdown, stats, and a
+// stress of the park/wake protocol (no lost wake-up).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime_test_support.hpp"
+#include "spindle/spindle.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::pid;
+using spindle::process_context;
+using spindle::process_state;
+using spindle::task;
+
+// A process that adds what it receives until it gets a negative number,
+// then reports the sum to `out`.
+task<void> summer(process_context<long>& ctx, std::atomic<long>* out) {
+  long sum = 0;
+  for (;;) {
+    long v = co_await ctx.receive();
+    if (v < 0) break;
+    sum += v;
+  }
+  out->store(sum);
+}
+
+auto make_summer(std::atomic<long>* out) {
+  return [out](process_context<long>& ctx) { return summer(ctx, out); };
+}
+
+task<void> wait_until_complete(pid<long> p) {
+  co_await spindle::monitor(p);
+}
+
+TEST(Process, PidIsAValue) {
+  pid<int> none;
+  EXPECT_EQ(none.value(), 0u);
+  EXPECT_FALSE(spindle::send(none, 1));
+  EXPECT_EQ(spindle::state_of(none), process_state::complete);
+  spindle::runtime rt{{.workers = 2}};
+  std::atomic<long> out{0};
+  pid<long> p = rt.spawn_process<long>(make_summer(&out));
+  pid<long> copy = p;
+  EXPECT_EQ(copy, p);
+  EXPECT_NE(p.value(), 0u);
+  EXPECT_EQ(std::hash<pid<long>>{}(p), std::hash<std::uint64_t>{}(p.value()));
+  EXPECT_TRUE(spindle::send(p, 2L));
+  EXPECT_TRUE(spindle::send(p, 3L));
+  EXPECT_TRUE(spindle::send(p, -1L));
+  rt.block_on(wait_until_complete(p));
+  EXPECT_EQ(out.load(), 5);
+}
+
+TEST(Process, SendToACompletedPidFails) {
+  spindle::runtime rt{{.workers = 2}};
+  std::atomic<long> out{0};
+  pid<long> p = rt.spawn_process<long>(make_summer(&out));
+  ASSERT_TRUE(spindle::send(p, -1L));
+  rt.block_on(wait_until_complete(p));
+  EXPECT_FALSE(spindle::send(p, 1L));
+  EXPECT_EQ(spindle::state_of(p), process_state::complete);
+}
+
+TEST(Process, StalePidNeverReachesTheSlotsNextProcess) {
+  spindle::runtime rt{{.workers = 2}};
+  std::atomic<long> out1{0};
+  pid<long> first = rt.spawn_process<long>(make_summer(&out1));
+  ASSERT_TRUE(spindle::send(first, -1L));
+  rt.block_on(wait_until_complete(first));
+  // Spawn until the slot comes back (free lists are LIFO per thread shard:
+  // the first spawn from this thread reuses it).
+  std::uint32_t const slot = static_cast<std::uint32_t>(first.value());
+  std::vector<pid<long>> others;
+  std::vector<std::unique_ptr<std::atomic<long>>> outs;
+  pid<long> reuse;
+  for (int i = 0; i < 10000 && reuse == pid<long>{}; ++i) {
+    outs.push_back(std::make_unique<std::atomic<long>>(0));
+    pid<long> p = rt.spawn_process<long>(make_summer(outs.back().get()));
+    if (static_cast<std::uint32_t>(p.value()) == slot) reuse = p;
+    others.push_back(p);
+  }
+  ASSERT_NE(reuse, pid<long>{}) << "the slot was never reused";
+  EXPECT_NE(reuse, first);
+  EXPECT_FALSE(spindle::send(first, 100L));  // stale: must not reach `reuse`
+  EXPECT_EQ(spindle::state_of(first), process_state::complete);
+  EXPECT_NE(spindle::state_of(reuse), process_state::complete);
+  for (auto& p : others)
+    ASSERT_TRUE(spindle::send(p, 1L));
+  for (auto& p : others)
+    ASSERT_TRUE(spindle::send(p, -1L));
+  for (auto& p : others)
+    rt.block_on(wait_until_complete(p));
+  for (auto& o : outs)
+    EXPECT_EQ(o->load(), 1);
+}
+
+task<void> send_from_task(pid<long> to, long n) {
+  for (long i = 0; i < n; ++i) {
+    EXPECT_TRUE(spindle::send(to, 1L));
+    if (i % 64 == 0) co_await spindle::yield_now();
+  }
+}
+
+task<void> sending_process(process_context<int>& ctx, pid<long> to, long n) {
+  (void)co_await ctx.receive();  // go
+  for (long i = 0; i < n; ++i)
+    EXPECT_TRUE(spindle::send(to, 1L));
+}
+
+TEST(Process, MessagesFromThreadsTasksAndProcessesAtOnce) {
+  spindle::runtime rt{{.workers = 2}};
+  long const per = spindle_test::scaled(20000, 500);
+  std::atomic<long> out{0};
+  pid<long> sink = rt.spawn_process<long>(make_summer(&out));
+  std::vector<pid<int>> senders;
+  for (int i = 0; i < 4; ++i) {
+    senders.push_back(rt.spawn_process<int>(
+        [sink, per](process_context<int>& ctx) { return sending_process(ctx, sink, per); }));
+  }
+  std::vector<spindle::join_handle<void>> tasks;
+  for (int i = 0; i < 4; ++i)
+    tasks.push_back(rt.spawn(send_from_task(sink, per)));
+  for (auto& s : senders)
+    ASSERT_TRUE(spindle::send(s, 0));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([sink, per] {
+      for (long k = 0; k < per; ++k)
+        EXPECT_TRUE(spindle::send(sink, 1L));
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  for (auto& h : tasks)
+    rt.block_on(std::move(h));
+  for (auto& s : senders)
+    rt.block_on(spindle::monitor(s));
+  ASSERT_TRUE(spindle::send(sink, -1L));
+  rt.block_on(wait_until_complete(sink));
+  EXPECT_EQ(out.load(), per * 11);
+  auto st = rt.stats();
+  EXPECT_GE(st.messages_sent, static_cast<std::uint64_t>(per * 11 + 1));
+  EXPECT_GE(st.messages_received, static_cast<std::uint64_t>(per * 11 + 1));
+  EXPECT_GE(st.processes_completed, 5u);
+}
+
+task<void> timed(process_context<int>& ctx, std::atomic<int>* timeouts, std::atomic<int>* got) {
+  // Nothing sent yet: times out.
+  std::optional<int> a = co_await ctx.receive_for(5ms);
+  if (!a) timeouts->fetch_add(1);
+  // d <= 0 only looks.
+  std::optional<int> b = co_await ctx.receive_for(0ns);
+  if (!b) timeouts->fetch_add(1);
+  // Now a message is sent after we reported (got == 0 -> we wait long).
+  got->store(-1);
+  std::optional<int> c = co_await ctx.receive_for(std::chrono::hours(1));
+  if (c) got->store(*c);
+  // Messages already waiting come before any timeout.
+  std::optional<int> d = co_await ctx.receive_for(1ms);
+  if (d) got->fetch_add(*d);
+}
+
+TEST(Process, ReceiveForTimesOutAndYieldsMessages) {
+  spindle::runtime rt{{.workers = 2}};
+  std::atomic<int> timeouts{0};
+  std::atomic<int> got{0};
+  pid<int> p =
+      rt.spawn_process<int>([&](process_context<int>& ctx) { return timed(ctx, &timeouts, &got); });
+  while (got.load() != -1)
+    std::this_thread::yield();
+  ASSERT_TRUE(spindle::send(p, 40));
+  ASSERT_TRUE(spindle::send(p, 2));
+  rt.block_on(spindle::monitor(p));
+  EXPECT_EQ(timeouts.load(), 2);
+  EXPECT_EQ(got.load(), 42);
+}
+
+task<void> many_timeouts(process_context<int>& ctx, std::atomic<long>* seen, long rounds) {
+  long messages = 0;
+  for (long i = 0; i < rounds; ++i) {
+    std::optional<int> m = co_await ctx.receive_for(1ms);
+    if (m) ++messages;
+  }
+  // Whatever the timers did, every message sent is still there or was seen.
+  for (;;) {
+    std::optional<int> m = co_await ctx.receive_for(0ns);
+    if (!m) break;
+    ++messages;
+  }
+  seen->store(messages);
+}
+
+TEST(Process, ReceiveForRacesWithSenders) {
+  spindle::runtime rt{{.workers = 2}};
+  long const rounds = spindle_test::scaled(400, 40);
+  std::atomic<long> seen{-1};
+  std::atomic<bool> stop{false};
+  pid<int> p = rt.spawn_process<int>(
+      [&](process_context<int>& ctx) { return many_timeouts(ctx, &seen, rounds); });
+  std::atomic<long> sent{0};
+  std::thread t([&] {
+    while (!stop.load()) {
+      if (spindle::send(p, 1)) sent.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  rt.block_on(spindle::monitor(p));
+  stop.store(true);
+  t.join();
+  EXPECT_EQ(seen.load(), sent.load());
+}
+
+task<void> thrower(process_context<int>& ctx) {
+  int v = co_await ctx.receive();
+  throw std::runtime_error("boom " + std::to_string(v));
+}
+
+task<void> expect_boom(pid<int> p, std::string* what) {
+  try {
+    co_await spindle::monitor(p);
+  } catch (std::runtime_error const& e) {
+    *what = e.what();
+  }
+}
+
+TEST(Process, MonitorRethrowsTheBodysException) {
+  spindle::runtime rt{{.workers = 2}};
+  pid<int> p = rt.spawn_process<int>([](process_context<int>& ctx) { return thrower(ctx); });
+  std::string what;
+  auto h = rt.spawn(expect_boom(p, &what));
+  ASSERT_TRUE(spindle::send(p, 7));
+  rt.block_on(std::move(h));
+  EXPECT_EQ(what, "boom 7");
+  // A monitor that starts after the end sees the outcome too.
+  std::string late;
+  rt.block_on(expect_boom(p, &late));
+  EXPECT_EQ(late, "boom 7");
+  EXPECT_EQ(rt.stats().detached_exceptions, 0u);
+}
+
+task<void> idle_forever(process_context<int>& ctx, std::atomic<int>* cancelled) {
+  try {
+    for (;;)
+      (void)co_await ctx.receive();
+  } catch (spindle::task_cancelled const&) {
+    cancelled->fetch_add(1);
+    throw;
+  }
+}
+
+TEST(Process, StateOfFollowsTheProcess) {
+  spindle::runtime rt{{.workers = 2}};
+  std::atomic<int> cancelled{0};
+  pid<int> p = rt.spawn_process<int>(
+      [&](process_context<int>& ctx) { return idle_forever(ctx, &cancelled); });
+  while (spindle::state_of(p) != process_state::idle)
+    std::this_thread::yield();
+  auto st = rt.stats();
+  EXPECT_EQ(st.processes_idle, 1u);
+  EXPECT_EQ(st.processes_running + st.processes_ready + st.processes_blocked, 0u);
+}
+
+TEST(Process, ShutdownCancelsTenThousandIdleProcesses) {
+  long const n = spindle_test::scaled(10000, 1000);
+  std::atomic<int> cancelled{0};
+  std::vector<pid<int>> pids;
+  {
+    spindle::runtime rt{{.workers = 2}};
+    for (long i = 0; i < n; ++i) {
+      pids.push_back(rt.spawn_process<int>(
+          [&](process_context<int>& ctx) { return idle_forever(ctx, &cancelled); }));
+    }
+    // Some have a message waiting, some are parked, some never ran.
+    for (long i = 0; i < n; i += 3)
+      ASSERT_TRUE(spindle::send(pids[static_cast<std::size_t>(i)], 1));
+  }
+  EXPECT_EQ(cancelled.load(), n);
+  for (auto& p : pids) {
+    EXPECT_FALSE(spindle::send(p, 1));
+    EXPECT_EQ(spindle::state_of(p), process_state::complete);
+  }
+}
+
+task<void> ignores_cancel(process_context<int>& ctx, std::atomic<bool>* gate) {
+  try {
+    (void)co_await ctx.receive();
+  } catch (spindle::task_cancelled const&) {
+  }
+  // Does not end in time: blocked on something that never comes.
+  spindle::event never;
+  gate->store(true);
+  co_await never.wait();
+}
+
+TEST(Process, ShutdownDestroysBodiesThatOutliveTheTimeout) {
+  std::atomic<bool> gate{false};
+  pid<int> p;
+  std::string what;
+  {
+    spindle::runtime rt{{.workers = 2, .process_shutdown_timeout = 20ms}};
+    p = rt.spawn_process<int>(
+        [&](process_context<int>& ctx) { return ignores_cancel(ctx, &gate); });
+  }
+  EXPECT_TRUE(gate.load());
+  EXPECT_EQ(spindle::state_of(p), process_state::complete);
+}
+
+task<void> echo_once(process_context<pid<int>>& ctx) {
+  pid<int> reply_to = co_await ctx.receive();
+  spindle::send(reply_to, 5);
+}
+
+task<void> asker(process_context<int>& ctx, pid<pid<int>> server, std::atomic<int>* out) {
+  spindle::send(server, ctx.self());
+  out->store(co_await ctx.receive());
+}
+
+TEST(Process, SpawnFromInsideAndReplyToSelf) {
+  spindle::runtime rt{{.workers = 2}};
+  std::atomic<int> out{0};
+  auto outer = [&out]() -> task<void> {
+    pid<pid<int>> server =
+        spindle::spawn_process<pid<int>>([](process_context<pid<int>>& c) { return echo_once(c); });
+    pid<int> a = spindle::spawn_process<int>(
+        [server, &out](process_context<int>& c) { return asker(c, server, &out); });
+    co_await spindle::monitor(a);
+  };
+  rt.block_on(outer());
+  EXPECT_EQ(out.load(), 5);
+}
+
+TEST(Process, SpawnOutsideARuntimeThrows) {
+  std::atomic<int> cancelled{0};
+  auto body = [&cancelled](process_context<int>& c) { return idle_forever(c, &cancelled); };
+  EXPECT_THROW((void)spindle::spawn_process<int>(body), std::system_error);
+}
+
+task<void> slow_taker(process_context<int>& ctx, spindle::event* go, std::atomic<long>* sum) {
+  co_await go->wait();
+  for (;;) {
+    int v = co_await ctx.receive();
+    if (v < 0) break;
+    sum->fetch_add(v);
+  }
+}
+
+task<void> send_all_async(pid<int> to, int n, std::atomic<int>* accepted) {
+  for (int i = 0; i < n; ++i) {
+    bool ok = co_await spindle::send_async(to, 1);
+    if (ok) accepted->fetch_add(1);
+  }
+  bool ok = co_await spindle::send_async(to, -1);
+  EXPECT_TRUE(ok);
+}
+
+TEST(Process, BoundedMailboxRefusesWhenFullAndSendAsyncWaits) {
+  spindle::runtime rt{{.workers = 2}};
+  spindle::event go;
+  std::atomic<long> sum{0};
+  pid<int> p =
+      rt.spawn_process<int>([&](process_context<int>& ctx) { return slow_taker(ctx, &go, &sum); },
+                            spindle::process_options{.mailbox_capacity = 4});
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(spindle::send(p, 1));
+  EXPECT_FALSE(spindle::send(p, 1));  // full
+  std::atomic<int> accepted{0};
+  auto h = rt.spawn(send_all_async(p, 100, &accepted));
+  go.set();
+  rt.block_on(std::move(h));
+  rt.block_on(spindle::monitor(p));
+  EXPECT_EQ(accepted.load(), 100);
+  EXPECT_EQ(sum.load(), 104);
+}
+
+// The park/wake protocol under load: a ring of processes passing tokens
+// (every hop finds its receiver parked or about to park), with threads
+// sending into the ring meanwhile. A lost wake-up hangs (caught by the
+// watchdog's deadline); a spurious or double one breaks the counts.
+struct ring_shared {
+  std::vector<pid<long>> members;
+  std::atomic<long> finished{0};
+  std::atomic<long> extra{0};
+};
+
+task<void> ring_member(process_context<long>& ctx, ring_shared* ring, std::size_t me) {
+  pid<long> next = ring->members[(me + 1) % ring->members.size()];
+  for (;;) {
+    long v = co_await ctx.receive();
+    if (v == 0) break;  // stop
+    if (v < 0) {
+      ring->extra.fetch_add(1);
+      continue;
+    }  // from a thread
+    if (v == 1) {
+      ring->finished.fetch_add(1);
+      continue;
+    }
+    EXPECT_TRUE(spindle::send(next, v - 1));
+  }
+}
+
+TEST(Process, StressNoLostWakeUp) {
+  spindle::runtime rt{{.workers = 2}};
+  long const total = spindle_test::scaled(10'000'000, 100'000);
+  std::size_t const members = 64;
+  long const tokens = 16;
+  ring_shared ring;
+  // The pids first (a member needs its successor's), then the bodies: each
+  // member waits for a go message carrying nothing but the ring is built.
+  std::vector<std::shared_ptr<spindle::event>> unused;
+  ring.members.resize(members);
+  spindle::event built;
+  auto wait_then_run = [&ring, &built](std::size_t me) {
+    return [&ring, &built, me](process_context<long>& ctx) -> task<void> {
+      co_await built.wait();
+      co_await ring_member(ctx, &ring, me);
+    };
+  };
+  for (std::size_t i = 0; i < members; ++i)
+    ring.members[i] = rt.spawn_process<long>(wait_then_run(i));
+  built.set();
+  long const hops = total / tokens;
+  for (long t = 0; t < tokens; ++t)
+    ASSERT_TRUE(spindle::send(ring.members[static_cast<std::size_t>(t) % members], hops));
+  long const per_thread = spindle_test::scaled(200'000, 5'000);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k) {
+    threads.emplace_back([&, k] {
+      for (long i = 0; i < per_thread; ++i)
+        EXPECT_TRUE(spindle::send(ring.members[static_cast<std::size_t>(i + k) % members], -1L));
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  auto deadline = std::chrono::steady_clock::now() + 300s;
+  while ((ring.finished.load() != tokens || ring.extra.load() != 2 * per_thread) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(ring.finished.load(), tokens) << "a wake-up was lost";
+  ASSERT_EQ(ring.extra.load(), 2 * per_thread);
+  for (auto& p : ring.members)
+    ASSERT_TRUE(spindle::send(p, 0L));
+  for (auto& p : ring.members)
+    rt.block_on(spindle::monitor(p));
+  auto st = rt.stats();
+  EXPECT_GE(st.messages_received, static_cast<std::uint64_t>(tokens * hops + 2 * per_thread));
+}
+
+}  // namespace
