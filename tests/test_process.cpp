@@ -7,8 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -460,3 +464,129 @@ TEST(Process, StressNoLostWakeUp) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// Step processes
+
+namespace {
+
+struct step_log {
+  std::mutex mutex;
+  std::vector<std::uint64_t> completed_tags;  // in the order the steps saw them
+  std::vector<int> results;
+  std::vector<std::string> errors;
+  std::vector<std::string> messages;
+  std::atomic<int> closes{0};
+  std::atomic<int> steps{0};
+  std::atomic<std::size_t> seen{0};
+};
+
+struct gated_machine {
+  explicit gated_machine(step_log* log) : log_(log) {}
+  void init(std::string_view method, spindle::payload input) {
+    if (method != "gather") throw std::invalid_argument("unknown method " + std::string(method));
+    want_ = std::any_cast<int>(input);
+  }
+  void step(std::span<spindle::step_event const> events, spindle::step_output& out) {
+    log_->steps.fetch_add(1);
+    if (first_) {
+      first_ = false;
+      for (int i = 0; i < want_; ++i)
+        out.yield("wait", spindle::payload{i});
+      out.yield("no-such-command", spindle::payload{});
+    }
+    std::lock_guard lock(log_->mutex);
+    for (auto const& e : events) {
+      if (e.type == spindle::step_event::kind::message) {
+        log_->messages.push_back(std::any_cast<std::string>(e.data));
+        continue;
+      }
+      ++done_;
+      if (e.error) {
+        try {
+          std::rethrow_exception(e.error);
+        } catch (std::system_error const& x) {
+          log_->errors.push_back(x.what());
+          EXPECT_EQ(x.code(), std::make_error_code(std::errc::function_not_supported));
+        }
+      } else {
+        log_->completed_tags.push_back(e.tag);
+        log_->results.push_back(std::any_cast<int>(e.data));
+      }
+    }
+    log_->seen.store(log_->completed_tags.size());
+    if (done_ == want_ + 1 && !log_->messages.empty()) out.complete();
+  }
+  void close() { log_->closes.fetch_add(1); }
+
+ private:
+  step_log* log_;
+  int want_ = 0;
+  int done_ = 0;
+  bool first_ = true;
+};
+
+static_assert(spindle::step_process<gated_machine>);
+
+}  // namespace
+
+TEST(StepProcess, CommandsCompleteOutOfOrderUnknownCommandIsAnErrorEvent) {
+  spindle::runtime rt{{.workers = 2}};
+  std::vector<std::unique_ptr<spindle::event>> gates;
+  for (int i = 0; i < 3; ++i)
+    gates.push_back(std::make_unique<spindle::event>());
+  spindle::step_handlers handlers;
+  handlers.add("wait", [&gates](spindle::payload args) -> task<spindle::payload> {
+    int i = std::any_cast<int>(args);
+    co_await gates[static_cast<std::size_t>(i)]->wait();
+    co_return spindle::payload{i * 10};
+  });
+  step_log log;
+  pid<spindle::payload> p =
+      spindle::spawn_step_process<gated_machine>(rt, handlers, "gather", spindle::payload{3}, &log);
+  // Release the commands in the order 2, 0, 1, each after the last was seen.
+  int const order[] = {2, 0, 1};
+  for (std::size_t k = 0; k < 3; ++k) {
+    gates[static_cast<std::size_t>(order[k])]->set();
+    while (log.seen.load() != k + 1)
+      std::this_thread::yield();
+  }
+  EXPECT_TRUE(spindle::send(p, spindle::payload{std::string("hello")}));
+  rt.block_on(spindle::monitor(p));
+  EXPECT_EQ(log.completed_tags, (std::vector<std::uint64_t>{3, 1, 2}));
+  EXPECT_EQ(log.results, (std::vector<int>{20, 0, 10}));
+  ASSERT_EQ(log.errors.size(), 1u);
+  EXPECT_NE(log.errors[0].find("no-such-command"), std::string::npos);
+  EXPECT_EQ(log.messages, (std::vector<std::string>{"hello"}));
+  EXPECT_EQ(log.closes.load(), 1);
+}
+
+TEST(StepProcess, UnknownMethodEndsTheProcessWithItsError) {
+  spindle::runtime rt{{.workers = 2}};
+  step_log log;
+  spindle::step_handlers handlers;
+  auto p =
+      spindle::spawn_step_process<gated_machine>(rt, handlers, "nope", spindle::payload{1}, &log);
+  std::string what;
+  try {
+    rt.block_on(spindle::monitor(p));
+  } catch (std::invalid_argument const& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what, "unknown method nope");
+  EXPECT_EQ(log.closes.load(), 0);  // init did not return
+  EXPECT_FALSE(spindle::send(p, spindle::payload{1}));
+}
+
+TEST(StepProcess, ShutdownClosesAWaitingMachine) {
+  step_log log;
+  {
+    spindle::runtime rt{{.workers = 2}};
+    spindle::step_handlers handlers;  // "wait" unknown: the machine waits for a message
+    auto p = spindle::spawn_step_process<gated_machine>(rt, handlers, "gather", spindle::payload{0},
+                                                        &log);
+    while (spindle::state_of(p) != process_state::idle)
+      std::this_thread::yield();
+  }
+  EXPECT_EQ(log.closes.load(), 1);
+}

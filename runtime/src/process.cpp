@@ -387,7 +387,8 @@ process_state pid_state(std::uint64_t value) noexcept {
   } else if ((st & state_bits::scheduled) != 0) {
     out = process_state::ready;
   } else if (b->in_receive.load(std::memory_order_relaxed)) {
-    out = process_state::idle;
+    out = b->awaiting_yields.load(std::memory_order_relaxed) ? process_state::blocked
+                                                             : process_state::idle;
   }
   pid_release(value);
   return out;

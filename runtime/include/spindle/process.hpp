@@ -128,8 +128,9 @@ struct process_base {
   /// count << 1 | running. 0: parked in receive with every counted message
   /// taken. Senders add 2 after linking; the receiver parks by CAS to 0.
   alignas(64) std::atomic<std::uint32_t> word{1};
-  std::atomic<bool> cancelled{false};   ///< shutdown: receive throws task_cancelled
-  std::atomic<bool> in_receive{false};  ///< for state_of: suspended in receive
+  std::atomic<bool> cancelled{false};        ///< shutdown: receive throws task_cancelled
+  std::atomic<bool> in_receive{false};       ///< for state_of: suspended in receive
+  std::atomic<bool> awaiting_yields{false};  ///< step processes: blocked on commands
   // The receiver's side (its own thread only, atomics for stats readers).
   alignas(64) std::atomic<std::uint32_t> taken{0};  ///< counted messages taken since the last park
   std::uint32_t avail = 0;                          ///< counted and not taken yet
@@ -281,6 +282,8 @@ class process_context {
   [[nodiscard]] receive_for_awaiter receive_for(std::chrono::nanoseconds d) noexcept {
     return receive_for_awaiter{block(), d};
   }
+  /// The process's block (spindle's own use: step processes).
+  [[nodiscard]] detail::process_base* detail_block() const noexcept { return block_; }
   /// Messages taken so far by this process.
   [[nodiscard]] std::uint64_t received() const noexcept {
     return block_->received.load(std::memory_order_relaxed);
@@ -498,3 +501,5 @@ struct std::hash<spindle::pid<Msg>> {
     return std::hash<std::uint64_t>{}(p.value());
   }
 };
+
+#include "spindle/step_process.hpp"  // the step form, on top of this header
