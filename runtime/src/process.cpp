@@ -184,6 +184,14 @@ void for_each_live(Fn fn) noexcept {
 // ---------------------------------------------------------------------------
 // The mailbox word
 
+void spin_pause() noexcept {
+  cpu_relax();
+}
+
+void yield_thread() noexcept {
+  ::sched_yield();
+}
+
 void process_base::took() noexcept {
   --avail;
   std::uint32_t t = taken.load(std::memory_order_relaxed) + 1;

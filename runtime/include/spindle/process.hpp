@@ -158,6 +158,10 @@ struct process_base {
   void count_and_wake() noexcept;
 };
 
+/// A CPU pause / a sched_yield (process.cpp).
+void spin_pause() noexcept;
+void yield_thread() noexcept;
+
 /// One message in the queue (the dummy node has no value).
 template <class Msg>
 struct mailbox_node {
@@ -194,10 +198,24 @@ struct process_block final : process_base {
     prev->next.store(n, std::memory_order_release);
     count_and_wake();
   }
+  [[gnu::noinline]] mailbox_node<Msg>* wait_for_link() noexcept {
+    for (unsigned i = 0;; ++i) {
+      if (mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire)) return next;
+      if (i < 64) {
+        detail::spin_pause();
+      } else {
+        detail::yield_thread();
+      }
+    }
+  }
   /// Receiver, with avail > 0: the oldest counted message.
   Msg pop() {
     mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire);
-    // Counted implies linked (the count follows the link).
+    // Counted implies linked, but not in order: a sender that exchanged the
+    // tail before this message's sender may not have linked its node yet
+    // (Vyukov's window: two instructions, long only if that thread was
+    // preempted between them). Wait for it.
+    if (next == nullptr) next = wait_for_link();
     Msg out(std::move(next->value));
     next->value.~Msg();
     delete head;
