@@ -265,8 +265,8 @@ task<void> idle_forever(process_context<int>& ctx, std::atomic<int>* cancelled) 
 }
 
 TEST(Process, StateOfFollowsTheProcess) {
+  std::atomic<int> cancelled{0};  // outlives the runtime, whose shutdown cancels the process
   spindle::runtime rt{{.workers = 2}};
-  std::atomic<int> cancelled{0};
   pid<int> p = rt.spawn_process<int>(
       [&](process_context<int>& ctx) { return idle_forever(ctx, &cancelled); });
   while (spindle::state_of(p) != process_state::idle)
