@@ -23,6 +23,7 @@
 #include <array>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -378,7 +379,8 @@ void pid_finish(process_base* block, std::exception_ptr error) noexcept {
       std::memory_order_relaxed);
   reg.finished.fetch_add(1, std::memory_order_relaxed);
   if (block->room) block->room->release(std::size_t{1} << 30);  // send_async waiters see done
-  block->done.set();
+  block->finished.store(true, std::memory_order_seq_cst);
+  if (event* e = block->monitors.load(std::memory_order_seq_cst)) e->set();
   reg.alive.fetch_sub(1, std::memory_order_release);
   release_slot(s, index_of(value));
 }
@@ -410,7 +412,18 @@ task<void> monitor_value(std::uint64_t value) {
     std::uint64_t v;
     ~release_guard() { pid_release(v); }
   } guard{value};
-  if (seen == 1) co_await b->done.wait();
+  if (seen == 1) {
+    event* e = b->monitors.load(std::memory_order_acquire);
+    if (e == nullptr) {
+      auto fresh = std::make_unique<event>();
+      if (b->monitors.compare_exchange_strong(e, fresh.get(), std::memory_order_seq_cst)) {
+        e = fresh.release();
+      }
+    }
+    // finish sets `finished` then reads `monitors`: it saw our event, or we
+    // see `finished` here.
+    if (!b->finished.load(std::memory_order_seq_cst)) co_await e->wait();
+  }
   if (std::exception_ptr e = pid_outcome(value)) std::rethrow_exception(e);
 }
 

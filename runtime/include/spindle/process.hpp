@@ -123,23 +123,26 @@ struct process_base {
   process_base() = default;
   process_base(process_base const&) = delete;
   process_base& operator=(process_base const&) = delete;
-  virtual ~process_base() = default;
+  virtual ~process_base() { delete monitors.load(std::memory_order_relaxed); }
 
   /// count << 1 | running. 0: parked in receive with every counted message
   /// taken. Senders add 2 after linking; the receiver parks by CAS to 0.
-  alignas(64) std::atomic<std::uint32_t> word{1};
+  std::atomic<std::uint32_t> word{1};
   std::atomic<bool> cancelled{false};        ///< shutdown: receive throws task_cancelled
   std::atomic<bool> in_receive{false};       ///< for state_of: suspended in receive
   std::atomic<bool> awaiting_yields{false};  ///< step processes: blocked on commands
   // The receiver's side (its own thread only, atomics for stats readers).
-  alignas(64) std::atomic<std::uint32_t> taken{0};  ///< counted messages taken since the last park
-  std::uint32_t avail = 0;                          ///< counted and not taken yet
-  std::atomic<std::uint64_t> received{0};           ///< messages received in all
-  task_header* task = nullptr;  ///< the process's task (header kept alive by `handle`)
+  std::atomic<std::uint32_t> taken{0};     ///< counted messages taken since the last park
+  std::uint32_t avail = 0;                 ///< counted and not taken yet
+  std::atomic<std::uint64_t> received{0};  ///< messages received in all
+  task_header* task = nullptr;             ///< the process's task (header kept alive by `handle`)
   scheduler* sched = nullptr;
   std::uint64_t pid_value = 0;
-  join_handle<void> handle;         ///< keeps the task header while senders may wake it
-  event done;                       ///< set when the body ended
+  join_handle<void> handle;           ///< keeps the task header while senders may wake it
+  std::atomic<bool> finished{false};  ///< the body ended (set before `monitors` is read)
+  /// Set when the body ended; made by the first monitor (most processes
+  /// are never monitored: 8 bytes instead of an event each).
+  std::atomic<event*> monitors{nullptr};
   std::unique_ptr<semaphore> room;  ///< bounded mailboxes: permits = free places
 
   /// Reads the word: counted messages not taken yet, or -1 when cancelled.
@@ -178,18 +181,19 @@ struct mailbox_node {
 /// A process block with its Vyukov MPSC queue (head: the receiver's dummy).
 template <class Msg>
 struct process_block final : process_base {
-  mailbox_node<Msg>* head;                           ///< receiver: dummy node
-  alignas(64) std::atomic<mailbox_node<Msg>*> tail;  ///< senders exchange
+  mailbox_node<Msg>* head;               ///< receiver: dummy node
+  std::atomic<mailbox_node<Msg>*> tail;  ///< senders exchange
+  mailbox_node<Msg> stub;                ///< the first dummy, in the block
 
-  process_block() : head(new mailbox_node<Msg>()), tail(head) {}
+  process_block() : head(&stub), tail(&stub) {}
   ~process_block() override {
     // The last reference went: nobody is pushing. Destroy what is left.
     while (mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire)) {
       next->value.~Msg();
-      delete head;
+      if (head != &stub) delete head;
       head = next;
     }
-    delete head;
+    if (head != &stub) delete head;
   }
   /// Any thread: links `msg` (wait-free), then counts it.
   void push(Msg&& msg) {
@@ -218,7 +222,7 @@ struct process_block final : process_base {
     if (next == nullptr) next = wait_for_link();
     Msg out(std::move(next->value));
     next->value.~Msg();
-    delete head;
+    if (head != &stub) delete head;
     head = next;
     took();
     if (room) room->release(1);
@@ -486,7 +490,7 @@ SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, Msg msg) {
   } guard{to.value()};
   auto* b = static_cast<detail::process_block<Msg>*>(base);
   if (b->room) co_await b->room->acquire(1);
-  if (b->done.is_set()) co_return false;
+  if (b->finished.load(std::memory_order_acquire)) co_return false;
   b->push(std::move(msg));
   co_return true;
 }
