@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "spindle/process.hpp"
@@ -21,6 +22,13 @@ namespace {
 using spindle::pid;
 using spindle::process_context;
 using spindle::task;
+
+// Workers: 2, or SPINDLE_BENCH_WORKERS=N (bench/compare.py's --workers).
+std::size_t bench_workers() {
+  char const* env = std::getenv("SPINDLE_BENCH_WORKERS");
+  long const n = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+  return n > 0 ? static_cast<std::size_t>(n) : 2;
+}
 
 // ---------------------------------------------------------------------------
 // ring
@@ -44,7 +52,7 @@ task<void> ring_member(process_context<long>& ctx, ring* r, std::size_t me) {
 }
 
 void process_ring(benchmark::State& state) {
-  spindle::runtime rt{{.workers = 2}};
+  spindle::runtime rt{{.workers = bench_workers()}};
   long const hops = state.range(0);
   std::size_t const n = 10000;
   for (auto _ : state) {
@@ -80,7 +88,7 @@ task<void> fan_sink(process_context<long>& ctx, long total) {
 }
 
 void process_fan_in(benchmark::State& state) {
-  spindle::runtime rt{{.workers = 2}};
+  spindle::runtime rt{{.workers = bench_workers()}};
   int const senders = 1000;
   int const per = static_cast<int>(state.range(0));
   long const total = static_cast<long>(senders) * per;
@@ -143,7 +151,7 @@ task<void> skynet_root(process_context<long>& ctx, std::atomic<long>* out) {
 }
 
 void process_skynet(benchmark::State& state) {
-  spindle::runtime rt{{.workers = 2}};
+  spindle::runtime rt{{.workers = bench_workers()}};
   for (auto _ : state) {
     std::atomic<long> out{0};
     pid<long> root = rt.spawn_process<long>(
@@ -185,7 +193,7 @@ void process_idle_bytes(benchmark::State& state) {
     state.PauseTiming();
     // A fresh runtime each time: its workers' frame pools start empty, so
     // the frames come from malloc and are counted.
-    spindle::runtime rt{{.workers = 2}};
+    spindle::runtime rt{{.workers = bench_workers()}};
     std::vector<pid<int>> ps;
     ps.reserve(n);
     for (std::size_t i = 0; i < n; ++i)

@@ -38,6 +38,15 @@ every workload on every system with the same worker count (default 2):
            fixedsize_stack: Boost's 128 KiB default crosses glibc's mmap
            threshold) and go (goroutines). After the table, one line per
            target of the fiber issue: met or NOT met, from the medians.
+  process  spindle processes (spindle/process.hpp; bench/bench_process.cpp)
+           vs go (goroutines with chan int mailboxes), with CAF and Tokio mpsc
+           listed as missing until their peers exist: process_ring (10,000
+           processes pass one token 10^6 hops: ns/hop), process_fan_in (1,000
+           senders x 1,000 messages into one process: msgs/s), process_skynet
+           (10^6 leaves of a 10-ary tree, sums sent to parents: ms),
+           process_idle_memory (100,000 processes parked in receive, a fresh
+           process per repetition: RSS growth in bytes/process). After the
+           table, one line per target of the process issue.
   net      servers on loopback, each on a free port with --workers threads,
            started, waited for (connect retries) and stopped by this script:
            http_get (wrk -t1 -c64 -d5s, HTTP/1.1 keep-alive GET / answered
@@ -206,6 +215,26 @@ FIBER_TARGETS = [
     ("park_memory", "fiber_park_memory", "go", 3.0),
 ]
 
+# Process workloads (spindle/process.hpp vs Go goroutines with channels,
+# CAF event-based actors, Tokio tasks with mpsc): name -> unit.
+# process_idle_memory comes from one fresh process per repetition.
+PROCESS_WORKLOADS = {
+    "process_ring": "ns/hop",
+    "process_fan_in": "msgs/s",
+    "process_skynet": "ms",
+    "process_idle_memory": "bytes/process",
+}
+PROCESS_TIMED = ["process_ring", "process_fan_in", "process_skynet"]
+# The targets of the process issue: (label, workload, peer, largest
+# spindle/peer cost ratio), and an absolute bound on the idle memory.
+PROCESS_TARGETS = [
+    ("ring", "process_ring", "caf", 0.5),
+    ("ring", "process_ring", "go", 1.0),
+    ("fan_in", "process_fan_in", "caf", 0.5),
+    ("skynet", "process_skynet", "go", 1.0),
+]
+PROCESS_IDLE_BYTES_TARGET = 256
+
 PROCESS_TIMEOUT = 1800
 
 
@@ -283,6 +312,8 @@ def build_spindle(sections):
     if "fold" in sections:
         targets += [t for t in ("bench/bench_fold", "examples/spindle-du")
                     if t + ":" in ninja_targets()]
+    if "process" in sections:
+        targets.append("bench/bench_process")
     run(["ninja", "-C", str(BUILD), *targets])
 
 
@@ -606,6 +637,118 @@ def fiber_checks(res):
         verdict = "met" if ratio <= bound else "NOT met"
         lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
                      f"{verdict} ({ratio:.2f}x; {target})")
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Process workloads
+
+def spindle_process(cfg, res):
+    """bench_process: the timed workloads in one run with repetitions, then
+    cfg.park_reps fresh processes of process_idle_bytes (RSS growth)."""
+    exe = BUILD / "bench" / "bench_process"
+    env = {"SPINDLE_BENCH_WORKERS": str(cfg.workers)}
+    if not exe.exists():
+        for w in PROCESS_WORKLOADS:
+            res.miss(w, "spindle", "bench_process not built")
+        return
+    log(f"spindle: {', '.join(PROCESS_TIMED)}")
+    code, out, err = run([str(exe), "--benchmark_filter=^process_(ring|fan_in|skynet)",
+                          f"--benchmark_repetitions={cfg.reps}",
+                          f"--benchmark_min_time={cfg.min_time}",
+                          "--benchmark_report_aggregates_only=true",
+                          "--benchmark_format=json"], env=env, check=False)
+    try:
+        runs = gb_medians(out) if code == 0 else {}
+    except ValueError:
+        runs = {}
+    failure = None if runs else \
+        "failed: " + (err.strip().splitlines() or [f"exit status {code}"])[-1]
+    for w in PROCESS_TIMED:
+        b = next((r for n, r in runs.items() if n.startswith(w + "/")), None)
+        if b is None or b.get("error_occurred") or not b.get("items_per_second"):
+            res.miss(w, "spindle", failure or (b or {}).get("error_message", "no result"))
+            continue
+        if w == "process_ring":
+            res.add(w, "spindle", 1e9 / b["items_per_second"], PROCESS_WORKLOADS[w])
+        elif w == "process_fan_in":
+            res.add(w, "spindle", b["items_per_second"], PROCESS_WORKLOADS[w])
+        else:
+            ms = b["real_time"] * TIME_UNITS[b.get("time_unit", "ns")] / 1e6
+            res.add(w, "spindle", ms, PROCESS_WORKLOADS[w])
+    log(f"spindle: 100,000 idle processes, {cfg.park_reps} fresh process(es)")
+    memory = []
+    for _ in range(cfg.park_reps):
+        code, out, err = run([str(exe), "--benchmark_filter=^process_idle_bytes",
+                              "--benchmark_format=json"], env=env, check=False)
+        try:
+            b = next(iter(gb_medians(out).values()), None) if code == 0 else None
+        except ValueError:
+            b = None
+        if b is None or "bytes_per_process" not in b:
+            reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+            res.miss("process_idle_memory", "spindle", f"failed: {reason}")
+            return
+        memory.append(b["bytes_per_process"])
+    res.add("process_idle_memory", "spindle", statistics.median(memory), "bytes/process")
+
+
+def peer_process(cfg, res, system, cmd, env=None):
+    """A peer's process workloads (the peers' JSON protocol): the timed ones
+    in one process, then cfg.park_reps fresh processes of process_idle."""
+    log(f"{system}: {', '.join(PROCESS_TIMED)}")
+    timed = cmd + ["--workers", str(cfg.workers), "--reps", str(cfg.reps),
+                   "--min-time", str(cfg.min_time)]
+    for w in PROCESS_TIMED:
+        timed += ["--workload", w]
+    code, out, err = run(timed, env=env, check=False)
+    if code != 0:
+        reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+        for w in PROCESS_TIMED:
+            res.miss(w, system, f"failed: {reason}")
+    else:
+        for r in json.loads(out)["results"]:
+            res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+    log(f"{system}: 100,000 idle processes, {cfg.park_reps} fresh process(es)")
+    values = []
+    for _ in range(cfg.park_reps):
+        code, out, err = run(cmd + ["--workers", str(cfg.workers), "--workload", "process_idle"],
+                             env=env, check=False)
+        if code != 0:
+            reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
+            res.miss("process_idle_memory", system, f"failed: {reason}")
+            return
+        values += [v for r in json.loads(out)["results"] for v in r["samples"]]
+    if values:
+        res.add("process_idle_memory", system, statistics.median(values), "bytes/process")
+
+
+def process_checks(res):
+    """One line per target of the process issue, from the medians."""
+    lines = []
+    for label, workload, peer, bound in PROCESS_TARGETS:
+        sv, unit = res.value(workload, "spindle")
+        pv, _ = res.value(workload, peer)
+        target = f"target <= {bound:g}x"
+        if sv is None or pv is None:
+            why = res.missing.get((workload, "spindle" if sv is None else peer), "no result")
+            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: not measured "
+                         f"({target}; {why})")
+            continue
+        ratio = cost_ratio(sv, pv, unit)
+        if ratio is None:
+            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: no ratio ({target})")
+            continue
+        verdict = "met" if ratio <= bound else "NOT met"
+        lines.append(f"{label}: spindle {fmt(sv)} {unit} vs {peer} {fmt(pv)} {unit}: "
+                     f"{verdict} ({ratio:.2f}x cost; {target})")
+    sv, _ = res.value("process_idle_memory", "spindle")
+    if sv is None:
+        lines.append(f"idle_memory: not measured (target <= {PROCESS_IDLE_BYTES_TARGET} bytes)")
+    else:
+        verdict = "met" if sv <= PROCESS_IDLE_BYTES_TARGET else "NOT met"
+        lines.append(f"idle_memory: spindle {fmt(sv)} bytes/process: {verdict} "
+                     f"(target <= {PROCESS_IDLE_BYTES_TARGET})")
     return lines
 
 
@@ -1219,6 +1362,7 @@ def canonical_workloads():
         names += [f"{case}.warm", f"{case}.cold"]
     fiber = list(FIBER_WORKLOADS)
     fiber.insert(1, "fiber_spawn_join.stacks_mapped")
+    fiber += list(PROCESS_WORKLOADS)
     resp = [f"resp.{t}.p{p}" for p in (1, 16) for t in RESP_TESTS.values()]
     return names + ["scan.files", "scan.bytes"] + fiber + ["http_get"] + resp + \
         ["echo_64b.p50", "echo_64b.p99", "echo_64b.rate"] + list(FOLD_TREES.values()) + \
@@ -1398,7 +1542,7 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench-results"),
                     help="output directory (default bench-results/)")
     ap.add_argument("--only", action="append",
-                    choices=["runtime", "io", "scan", "fiber", "net", "fold"],
+                    choices=["runtime", "io", "scan", "fiber", "process", "net", "fold"],
                     help="run only this section (repeatable)")
     cfg = ap.parse_args()
     if cfg.workers < 1:
@@ -1412,7 +1556,7 @@ def main():
     cfg.park_reps = 1 if cfg.quick else cfg.reps  # fresh processes of 100,000 parked fibers
     cfg.net_seconds = 2 if cfg.quick else 5  # each wrk and echo run
     cfg.resp_requests = 50_000 if cfg.quick else 200_000  # each redis-benchmark run
-    sections = cfg.only or ["runtime", "io", "scan", "fiber", "net", "fold"]
+    sections = cfg.only or ["runtime", "io", "scan", "fiber", "process", "net", "fold"]
     out_dir = Path(cfg.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -1481,6 +1625,20 @@ def main():
         else:
             peer_fiber(cfg, res, "go", [str(go)], env={"GOMAXPROCS": str(cfg.workers)})
         checks = fiber_checks(res)
+    if "process" in sections:
+        go = build_go(status) if "go" not in status else \
+            (BUILD / "peers" / "go" / "spindle-peer-go" if status["go"].startswith("built")
+             else None)
+        spindle_process(cfg, res)
+        if go is None:
+            for w in PROCESS_WORKLOADS:
+                res.miss(w, "go", "peer not built")
+        else:
+            peer_process(cfg, res, "go", [str(go)], env={"GOMAXPROCS": str(cfg.workers)})
+        for system in ("caf", "tokio-mpsc"):
+            for w in PROCESS_WORKLOADS:
+                res.miss(w, system, "peer not written yet")
+        checks += process_checks(res)
     if "net" in sections:
         net(cfg, res, status, out_dir)
     if "fold" in sections:

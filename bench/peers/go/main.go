@@ -1,4 +1,4 @@
-// Go side of spindle's bench/compare.py fiber section: goroutines with
+// Go side of spindle's bench/compare.py fiber and process sections: goroutines with
 // GOMAXPROCS = --workers (2 by default; compare.py also sets GOMAXPROCS).
 // The measuring goroutine only waits: each workload's root is a goroutine of
 // its own and main blocks on a channel (a blocked goroutine holds no P, so
@@ -25,6 +25,18 @@
 //     (VmRSS growth per goroutine, bytes) and fiber_park_time (ms until the
 //     last one runs), one sample per process: run it alone in a fresh
 //     process.
+//
+// The process section's workloads (goroutines with channels as mailboxes):
+//
+//   - process_ring: 10,000 goroutines, each with an inbox (chan int, buffer
+//     1), pass one token 10^6 hops (ns per hop, counting the stop's 10,000).
+//   - process_fan_in: 1,000 goroutines x 1,000 messages into one goroutine's
+//     inbox (chan int, buffer 1,000), messages/s.
+//   - process_skynet: 10^6 leaves of a 10-ary tree of goroutines (1,111,111
+//     in all), each sending its sum to its parent's chan (ms).
+//   - process_idle: 100,000 goroutines blocked receiving from their own
+//     chan int: process_idle_memory (VmRSS growth per goroutine, bytes),
+//     one sample per process: run it alone in a fresh process.
 package main
 
 import (
@@ -46,6 +58,12 @@ const (
 	yieldsEach          = 1_000
 	roundTrips          = 10_000
 	parkedGoroutines    = 100_000
+	ringSize            = 10_000
+	ringHops            = 1_000_000
+	fanSenders          = 1_000
+	fanEach             = 1_000
+	skynetLeaves        = 1_000_000
+	idleGoroutines      = 100_000
 )
 
 type result struct {
@@ -168,6 +186,94 @@ func park() (float64, float64) {
 	return bytes, ms
 }
 
+func ring() {
+	inbox := make([]chan int, ringSize)
+	for i := range inbox {
+		inbox[i] = make(chan int, 1)
+	}
+	var wg sync.WaitGroup
+	wg.Add(ringSize)
+	for i := 0; i < ringSize; i++ {
+		go func(me int) {
+			next := inbox[(me+1)%ringSize]
+			for {
+				v := <-inbox[me]
+				if v <= 0 {
+					select { // the last finds the first gone
+					case next <- 0:
+					default:
+					}
+					wg.Done()
+					return
+				}
+				next <- v - 1
+			}
+		}(i)
+	}
+	inbox[0] <- ringHops
+	wg.Wait()
+}
+
+func fanIn() {
+	sink := make(chan int, fanSenders)
+	for i := 0; i < fanSenders; i++ {
+		go func() {
+			for j := 0; j < fanEach; j++ {
+				sink <- 1
+			}
+		}()
+	}
+	got := 0
+	for got < fanSenders*fanEach {
+		got += <-sink
+	}
+}
+
+func skynetNode(parent chan int, num, size int) {
+	if size == 1 {
+		parent <- num
+		return
+	}
+	rc := make(chan int)
+	for i := 0; i < 10; i++ {
+		go skynetNode(rc, num+i*(size/10), size/10)
+	}
+	sum := 0
+	for i := 0; i < 10; i++ {
+		sum += <-rc
+	}
+	parent <- sum
+}
+
+func skynet() {
+	rc := make(chan int)
+	go skynetNode(rc, 0, skynetLeaves)
+	if <-rc != 499_999_500_000 {
+		panic("skynet: wrong sum")
+	}
+}
+
+// idle: 100,000 goroutines blocked on their own chan; bytes per goroutine.
+func idle() float64 {
+	var started int64
+	inboxes := make([]chan int, idleGoroutines)
+	for i := range inboxes {
+		inboxes[i] = make(chan int)
+	}
+	before := statusBytes("VmRSS:")
+	for i := 0; i < idleGoroutines; i++ {
+		go func(in chan int) {
+			atomic.AddInt64(&started, 1)
+			<-in
+		}(inboxes[i])
+	}
+	for atomic.LoadInt64(&started) != idleGoroutines {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // the last ones reach the receive
+	return (statusBytes("VmRSS:") - before) / idleGoroutines
+}
+
 func usage(msg string) {
 	fmt.Fprintf(os.Stderr, "spindle-peer-go: %s\n", msg)
 	os.Exit(2)
@@ -220,6 +326,21 @@ func main() {
 		case "fiber_ping_pong":
 			results = append(results, result{w, "ns/round trip",
 				measure(reps, minTime, 1, roundTrips, func() { onRoot(pingPong) })})
+		case "process_ring":
+			results = append(results, result{w, "ns/hop",
+				measure(reps, minTime, 1, ringHops+ringSize, func() { onRoot(ring) })})
+		case "process_fan_in":
+			ns := measure(reps, minTime, 1, fanSenders*fanEach, func() { onRoot(fanIn) })
+			for i := range ns {
+				ns[i] = 1e9 / ns[i]
+			}
+			results = append(results, result{w, "msgs/s", ns})
+		case "process_skynet":
+			results = append(results, result{w, "ms",
+				measure(reps, minTime, 1e-6, 1, func() { onRoot(skynet) })})
+		case "process_idle":
+			results = append(results, result{"process_idle_memory", "bytes/process",
+				[]float64{idle()}})
 		case "fiber_park":
 			bytes, ms := park()
 			results = append(results, result{"fiber_park_memory", "bytes/fiber", []float64{bytes}},
