@@ -182,6 +182,10 @@ void for_each_live(Fn fn) noexcept {
 
 }  // namespace
 
+process_registry::shard& process_registry::mine() noexcept {
+  return shards[my_shard() % shard_count];
+}
+
 // ---------------------------------------------------------------------------
 // The mailbox word
 
@@ -314,7 +318,7 @@ std::uint64_t pid_issue(process_base* block, scheduler* sched) {
   block->pid_value = value;
   block->sched = sched;
   process_registry& reg = sched->processes();
-  reg.alive.fetch_add(1, std::memory_order_relaxed);
+  reg.mine().alive.fetch_add(1, std::memory_order_relaxed);
   s->word.store(static_cast<std::uint64_t>(gen) << 32 | ref_one | has_block | st_alive,
                 std::memory_order_seq_cst);
   if (reg.closing.load(std::memory_order_seq_cst)) cancel_process(block);
@@ -373,15 +377,16 @@ void pid_finish(process_base* block, std::exception_ptr error) noexcept {
   std::uint64_t const got = block->received.load(std::memory_order_relaxed);
   std::uint32_t const counted = block->word.load(std::memory_order_acquire) >> 1;
   std::uint64_t const pending = counted - block->taken.load(std::memory_order_relaxed);
-  reg.finished_received.fetch_add(got, std::memory_order_relaxed);
-  reg.finished_sent.fetch_add(
+  process_registry::shard& mine = reg.mine();
+  mine.finished_received.fetch_add(got, std::memory_order_relaxed);
+  mine.finished_sent.fetch_add(
       got + pending - (block->cancelled.load(std::memory_order_relaxed) && pending > 0 ? 1 : 0),
       std::memory_order_relaxed);
-  reg.finished.fetch_add(1, std::memory_order_relaxed);
+  mine.finished.fetch_add(1, std::memory_order_relaxed);
   if (block->room) block->room->release(std::size_t{1} << 30);  // send_async waiters see done
   block->finished.store(true, std::memory_order_seq_cst);
   if (event* e = block->monitors.load(std::memory_order_seq_cst)) e->set();
-  reg.alive.fetch_sub(1, std::memory_order_release);
+  mine.alive.fetch_sub(1, std::memory_order_release);
   release_slot(s, index_of(value));
 }
 
@@ -433,23 +438,24 @@ task<void> monitor_value(std::uint64_t value) {
 void shutdown_processes(scheduler& sched) noexcept {
   process_registry& reg = sched.processes();
   reg.closing.store(true, std::memory_order_seq_cst);
-  if (reg.alive.load(std::memory_order_acquire) == 0) return;
+  if (reg.alive() == 0) return;
   for_each_live([&](process_base* b) {
     if (b->sched == &sched) cancel_process(b);
   });
   auto const deadline = std::chrono::steady_clock::now() + sched.config().process_shutdown_timeout;
-  while (reg.alive.load(std::memory_order_acquire) != 0 &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (reg.alive() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
 void collect_process_stats(scheduler const& sched, runtime_stats& out) noexcept {
   process_registry const& reg = sched.processes();
-  out.processes_completed = reg.finished.load(std::memory_order_relaxed);
-  out.messages_received = reg.finished_received.load(std::memory_order_relaxed);
-  out.messages_sent = reg.finished_sent.load(std::memory_order_relaxed);
-  if (reg.alive.load(std::memory_order_acquire) == 0) return;
+  for (auto const& s : reg.shards) {
+    out.processes_completed += s.finished.load(std::memory_order_relaxed);
+    out.messages_received += s.finished_received.load(std::memory_order_relaxed);
+    out.messages_sent += s.finished_sent.load(std::memory_order_relaxed);
+  }
+  if (reg.alive() <= 0) return;
   for_each_live([&](process_base* b) {
     if (b->sched != &sched) return;
     std::uint64_t const got = b->received.load(std::memory_order_relaxed);

@@ -7,7 +7,9 @@
 // Design source: seed 004 (cancel on shutdown, wait with a timeout).
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "spindle/stats.hpp"
@@ -16,12 +18,30 @@ namespace spindle::detail {
 
 class scheduler;
 
+/// Counters kept in 16 shards picked by the calling thread (a hash of its
+/// id), so that spawning and finishing processes on several workers do not
+/// fight over one cache line; readers sum them.
 struct process_registry {
-  std::atomic<bool> closing{false};        ///< set by shutdown: new processes start cancelled
-  std::atomic<std::uint64_t> alive{0};     ///< issued and not finished
-  std::atomic<std::uint64_t> finished{0};  ///< bodies ended (or destroyed)
-  std::atomic<std::uint64_t> finished_received{0};  ///< messages received by finished processes
-  std::atomic<std::uint64_t> finished_sent{0};      ///< messages counted into them
+  struct alignas(64) shard {
+    std::atomic<std::int64_t> alive{0};               ///< issued minus finished (may go negative)
+    std::atomic<std::uint64_t> finished{0};           ///< bodies ended (or destroyed)
+    std::atomic<std::uint64_t> finished_received{0};  ///< received by finished processes
+    std::atomic<std::uint64_t> finished_sent{0};      ///< counted into them
+  };
+  static constexpr std::size_t shard_count = 16;
+
+  std::atomic<bool> closing{false};  ///< set by shutdown: new processes start cancelled
+  std::array<shard, shard_count> shards;
+
+  /// The calling thread's shard.
+  [[nodiscard]] shard& mine() noexcept;
+  /// Issued and not finished, summed (a snapshot).
+  [[nodiscard]] std::int64_t alive() const noexcept {
+    std::int64_t n = 0;
+    for (auto const& s : shards)
+      n += s.alive.load(std::memory_order_acquire);
+    return n;
+  }
 };
 
 /// At the start of ~scheduler: cancels every process of `sched` (their
