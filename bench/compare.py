@@ -39,9 +39,9 @@ every workload on every system with the same worker count (default 2):
            threshold) and go (goroutines). After the table, one line per
            target of the fiber issue: met or NOT met, from the medians.
   process  spindle processes (spindle/process.hpp; bench/bench_process.cpp)
-           vs caf (CAF 0.17 event-based actors, bench/peers/caf) and go
-           (goroutines with chan int mailboxes), Tokio mpsc listed as missing
-           until its peer exists: process_ring (10,000
+           vs caf (CAF 0.17 event-based actors, bench/peers/caf), go
+           (goroutines with chan int mailboxes) and tokio-mpsc (Tokio tasks
+           with unbounded mpsc channels, bench/peers/tokio): process_ring (10,000
            processes pass one token 10^6 hops: ns/hop), process_fan_in (1,000
            senders x 1,000 messages into one process: msgs/s), process_skynet
            (10^6 leaves of a 10-ary tree, sums sent to parents: ms),
@@ -1631,16 +1631,16 @@ def main():
             (BUILD / "peers" / "go" / "spindle-peer-go" if status["go"].startswith("built")
              else None)
         caf = build_cxx_peer("caf", "bench/peers/caf_peer", status)
+        tokio = build_tokio(status)
         spindle_process(cfg, res)
         for system, exe, env in (("caf", caf, None),
-                                 ("go", go, {"GOMAXPROCS": str(cfg.workers)})):
+                                 ("go", go, {"GOMAXPROCS": str(cfg.workers)}),
+                                 ("tokio-mpsc", tokio, None)):
             if exe is None:
                 for w in PROCESS_WORKLOADS:
                     res.miss(w, system, "peer not built")
             else:
                 peer_process(cfg, res, system, [str(exe)], env=env)
-        for w in PROCESS_WORKLOADS:
-            res.miss(w, "tokio-mpsc", "peer not written yet")
         checks += process_checks(res)
     if "net" in sections:
         net(cfg, res, status, out_dir)

@@ -2,7 +2,14 @@
 //! parameters of Tokio's own benches/rt_multi_threaded.rs (10,000 spawns,
 //! 200 tasks x 1,000 yields, 1,000 ping-pong rounds, a chain of 1,000 spawns,
 //! a 10 µs stall in the busy tasks), plus spawn+await, fork-join fib and the
-//! memory of 1,000,000 suspended tasks.
+//! memory of 1,000,000 suspended tasks. For the process section, tasks
+//! with unbounded mpsc channels as mailboxes: process_ring (10,000 tasks
+//! pass one token 10^6 hops: ns/hop, counting the stop's 10,000),
+//! process_fan_in (1,000 tasks x 1,000 messages into one: msgs/s),
+//! process_skynet (10^6 leaves of a 10-ary tree of tasks, sums sent to the
+//! parent's channel: ms) and process_idle (100,000 tasks waiting in recv:
+//! process_idle_memory, RSS growth per task and its channel, bytes). Ring and
+//! fan-in count the spawns in the time, as the Go and CAF peers do.
 //!
 //! Usage: spindle-peer-tokio --workers N [--reps R] [--min-time SECONDS]
 //!                           [--workload NAME]...
@@ -25,6 +32,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::{Builder, Runtime};
+use tokio::sync::mpsc as tmpsc;
 use tokio::sync::oneshot;
 
 const NUM_SPAWN: usize = 10_000;
@@ -226,6 +234,126 @@ fn memory_per_task(workers: usize) -> f64 {
     (peak - before) * 1024.0 / TASKS as f64
 }
 
+const RING_SIZE: usize = 10_000;
+const RING_HOPS: i64 = 1_000_000;
+const FAN_SENDERS: usize = 1_000;
+const FAN_EACH: usize = 1_000;
+const SKYNET_LEAVES: i64 = 1_000_000;
+const IDLE_TASKS: usize = 100_000;
+
+fn process_ring(rt: &Runtime) {
+    rt.block_on(rt.spawn(async {
+        let mut txs = Vec::with_capacity(RING_SIZE);
+        let mut rxs = Vec::with_capacity(RING_SIZE);
+        for _ in 0..RING_SIZE {
+            let (tx, rx) = tmpsc::unbounded_channel::<i64>();
+            txs.push(tx);
+            rxs.push(rx);
+        }
+        let mut handles = Vec::with_capacity(RING_SIZE);
+        for (i, mut rx) in rxs.into_iter().enumerate() {
+            let next = txs[(i + 1) % RING_SIZE].clone();
+            handles.push(tokio::spawn(async move {
+                while let Some(v) = rx.recv().await {
+                    if v <= 0 {
+                        let _ = next.send(0); // the last finds the first gone
+                        return;
+                    }
+                    let _ = next.send(v - 1);
+                }
+            }));
+        }
+        txs[0].send(RING_HOPS).unwrap();
+        drop(txs);
+        for h in handles {
+            h.await.unwrap();
+        }
+    }))
+    .unwrap();
+}
+
+fn process_fan_in(rt: &Runtime) {
+    rt.block_on(rt.spawn(async {
+        let (tx, mut rx) = tmpsc::unbounded_channel::<i64>();
+        for _ in 0..FAN_SENDERS {
+            let tx = tx.clone();
+            drop(tokio::spawn(async move {
+                for _ in 0..FAN_EACH {
+                    let _ = tx.send(1);
+                }
+            }));
+        }
+        drop(tx);
+        let mut got = 0i64;
+        while got < (FAN_SENDERS * FAN_EACH) as i64 {
+            got += rx.recv().await.unwrap();
+        }
+    }))
+    .unwrap();
+}
+
+fn skynet_node(
+    parent: tmpsc::UnboundedSender<i64>,
+    num: i64,
+    size: i64,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        if size == 1 {
+            let _ = parent.send(num);
+            return;
+        }
+        let (tx, mut rx) = tmpsc::unbounded_channel::<i64>();
+        for i in 0..10 {
+            drop(tokio::spawn(skynet_node(tx.clone(), num + i * (size / 10), size / 10)));
+        }
+        drop(tx);
+        let mut sum = 0;
+        for _ in 0..10 {
+            sum += rx.recv().await.unwrap();
+        }
+        let _ = parent.send(sum);
+    })
+}
+
+fn process_skynet(rt: &Runtime) {
+    let v = rt
+        .block_on(rt.spawn(async {
+            let (tx, mut rx) = tmpsc::unbounded_channel::<i64>();
+            drop(tokio::spawn(skynet_node(tx, 0, SKYNET_LEAVES)));
+            rx.recv().await.unwrap()
+        }))
+        .unwrap();
+    assert_eq!(v, 499_999_500_000);
+}
+
+/// RSS growth per task waiting in recv on its own channel (fresh process).
+fn process_idle(workers: usize) -> f64 {
+    let rt = runtime(workers);
+    let before = status_kib("VmRSS:");
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let senders = rt.block_on(async move {
+        let mut v = Vec::with_capacity(IDLE_TASKS);
+        for _ in 0..IDLE_TASKS {
+            let (tx, mut rx) = tmpsc::unbounded_channel::<i64>();
+            let s = s.clone();
+            drop(tokio::spawn(async move {
+                s.fetch_add(1, Relaxed);
+                let _ = rx.recv().await;
+            }));
+            v.push(tx);
+        }
+        v
+    });
+    while started.load(SeqCst) < IDLE_TASKS {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let after = status_kib("VmRSS:");
+    rt.shutdown_background();
+    std::mem::forget(senders);
+    (after - before) * 1024.0 / IDLE_TASKS as f64
+}
+
 fn main() {
     let mut workers = 2usize;
     let mut reps = 5usize;
@@ -319,6 +447,22 @@ fn main() {
                 ("ms", s)
             }
             "memory_per_task" => ("bytes/task", vec![memory_per_task(workers)]),
+            "process_ring" => {
+                let rt = runtime(workers);
+                let per = (RING_HOPS as usize + RING_SIZE) as f64;
+                ("ns/hop", measure(reps, min_time, 1.0, per, || process_ring(&rt)))
+            }
+            "process_fan_in" => {
+                let rt = runtime(workers);
+                let per = (FAN_SENDERS * FAN_EACH) as f64;
+                let ns = measure(reps, min_time, 1.0, per, || process_fan_in(&rt));
+                ("msgs/s", ns.iter().map(|v| 1e9 / v).collect())
+            }
+            "process_skynet" => {
+                let rt = runtime(workers);
+                ("ms", measure(reps, min_time, 1e-6, 1.0, || process_skynet(&rt)))
+            }
+            "process_idle" => ("bytes/process", vec![process_idle(workers)]),
             _ => {
                 eprintln!("spindle-peer-tokio: unknown workload {}", name);
                 std::process::exit(2);
@@ -327,7 +471,7 @@ fn main() {
         let list: Vec<String> = samples.iter().map(|v| format!("{:.6}", v)).collect();
         out.push(format!(
             "{{\"workload\": \"{}\", \"unit\": \"{}\", \"samples\": [{}]}}",
-            name,
+            if name == "process_idle" { "process_idle_memory" } else { name },
             unit,
             list.join(", ")
         ));
