@@ -304,7 +304,11 @@ fn skynet_node(
         }
         let (tx, mut rx) = tmpsc::unbounded_channel::<i64>();
         for i in 0..10 {
-            drop(tokio::spawn(skynet_node(tx.clone(), num + i * (size / 10), size / 10)));
+            drop(tokio::spawn(skynet_node(
+                tx.clone(),
+                num + i * (size / 10),
+                size / 10,
+            )));
         }
         drop(tx);
         let mut sum = 0;
