@@ -590,3 +590,186 @@ TEST(StepProcess, ShutdownClosesAWaitingMachine) {
   }
   EXPECT_EQ(log.closes.load(), 1);
 }
+
+// ---------------------------------------------------------------------------
+// Deterministic simulation of the mailbox protocol
+//
+// One thread, a seeded RNG: S virtual senders and the receiver take turns,
+// step by step, on a real process_block (the production push steps:
+// push_exchange, push_link, count_and_wake; the receiver's refresh, pop,
+// try_park and unpark). The block's task is a real task header held RUNNING,
+// so a wake goes through detail::wake and task_state::mark_woken and shows
+// as the NOTIFIED bit, which the simulator takes after every step. Checked
+// after every step: a wake only while the receiver is parked (its CAS done),
+// at most one per park; no message counted after a park without a wake; per
+// sender FIFO order; at the end every message received exactly once. Each
+// seed is run twice and its trace hash must match (exact replay).
+
+namespace {
+
+namespace sb = spindle::detail::state_bits;
+
+struct sim_result {
+  std::uint64_t hash = 1469598103934665603ULL;
+  long parks = 0;
+  long wakes = 0;
+  long received = 0;
+  std::string failure;
+  void mix(std::uint64_t v) {
+    hash ^= v;
+    hash *= 1099511628211ULL;
+  }
+};
+
+sim_result simulate_mailbox(std::uint64_t seed, int senders, int per_sender) {
+  sim_result r;
+  std::uint64_t rng = seed * 0x9e3779b97f4a7c15ULL + 1;
+  auto next = [&rng](std::uint64_t n) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng % n;
+  };
+  using block_t = spindle::detail::process_block<std::uint64_t>;
+  using node_t = spindle::detail::mailbox_node<std::uint64_t>;
+  auto block = std::make_unique<block_t>();
+  spindle::detail::task_header header;
+  header.state.store(sb::running | sb::ref_one, std::memory_order_relaxed);
+  block->task = &header;
+
+  struct sender {
+    int sent = 0;
+    int step = 0;  // 0: next message, 1: exchanged, 2: linked
+    node_t* node = nullptr;
+    node_t* prev = nullptr;
+  };
+  std::vector<sender> ss(static_cast<std::size_t>(senders));
+  std::vector<int> last_seen(static_cast<std::size_t>(senders), -1);
+  enum class rx { running, parked } state = rx::running;
+  bool woken_this_park = false;
+  bool about_to_park = false;
+  long const total = static_cast<long>(senders) * per_sender;
+
+  auto take_wake = [&]() -> bool {
+    std::uint64_t s = header.state.load(std::memory_order_relaxed);
+    if ((s & sb::notified) == 0) return true;
+    header.state.store(s & ~sb::notified, std::memory_order_relaxed);
+    ++r.wakes;
+    r.mix(0xAAAA);
+    if (state != rx::parked) {
+      r.failure = "a wake while the receiver was not parked (spurious)";
+      return false;
+    }
+    if (woken_this_park) {
+      r.failure = "two wakes for one park";
+      return false;
+    }
+    woken_this_park = true;
+    return true;
+  };
+
+  long guard = 0;
+  while (r.received < total) {
+    if (++guard > 100'000'000) {
+      r.failure = "no progress";
+      return r;
+    }
+    // Who moves: a sender with work left, or the receiver.
+    std::size_t const pick = next(static_cast<std::uint64_t>(senders) + 1);
+    if (pick < ss.size()) {
+      sender& s = ss[pick];
+      if (s.step == 0) {
+        if (s.sent == per_sender) continue;
+        std::uint64_t const msg = pick << 32 | static_cast<std::uint64_t>(s.sent);
+        s.node = new node_t(std::in_place, msg);
+        s.prev = block->push_exchange(s.node);
+        s.step = 1;
+      } else if (s.step == 1) {
+        block_t::push_link(s.prev, s.node);
+        s.step = 2;
+      } else {
+        block->count_and_wake();
+        ++s.sent;
+        s.step = 0;
+      }
+      r.mix(pick << 8 | static_cast<std::uint64_t>(s.step));
+      if (!take_wake()) return r;
+      continue;
+    }
+    // The receiver.
+    if (state == rx::parked) {
+      if (!woken_this_park) {
+        // Parked and not woken: every message counted so far must have
+        // been counted before the park (the word is still 0).
+        if (block->word.load(std::memory_order_relaxed) != 0) {
+          r.failure = "a message was counted after the park without a wake (lost wake-up)";
+          return r;
+        }
+        continue;
+      }
+      block->unpark(false);
+      state = rx::running;
+      woken_this_park = false;
+      r.mix(0xBBBB);
+      continue;
+    }
+    if (about_to_park) {
+      // await_suspend, a step after await_ready found nothing: senders may
+      // have counted meanwhile, and the CAS must see it.
+      about_to_park = false;
+      if (block->try_park()) {
+        state = rx::parked;
+        ++r.parks;
+        r.mix(0xCCCC);
+      }
+      if (!take_wake()) return r;
+      continue;
+    }
+    if (block->avail == 0) block->refresh(block->word.load(std::memory_order_acquire));
+    if (block->avail != 0) {
+      if (!block->head_linked()) continue;  // production spins here; the sim lets the sender run
+      std::uint64_t const m = block->pop();
+      std::size_t const from = static_cast<std::size_t>(m >> 32);
+      int const seq = static_cast<int>(m & 0xffffffffU);
+      if (seq != last_seen[from] + 1) {
+        r.failure = "sender " + std::to_string(from) + " out of order";
+        return r;
+      }
+      last_seen[from] = seq;
+      ++r.received;
+      r.mix(m);
+    } else {
+      about_to_park = true;  // await_ready said no
+      r.mix(0xDDDD);
+    }
+    if (!take_wake()) return r;
+  }
+  // Everything sent was received; nothing is left counted.
+  for (auto const& s : ss) {
+    if (s.sent != per_sender || s.step != 0) r.failure = "a sender did not finish";
+  }
+  if (block->word.load() >> 1 != block->taken.load()) r.failure = "counted messages left over";
+  block->task = nullptr;
+  return r;
+}
+
+}  // namespace
+
+TEST(ProcessSimulation, ManySeedsNoLostOrSpuriousWakeAndExactReplay) {
+  long const seeds = spindle_test::scaled(2000, 100);
+  long parks = 0;
+  long wakes = 0;
+  for (long seed = 1; seed <= seeds; ++seed) {
+    int const senders = 1 + static_cast<int>(seed % 5);
+    sim_result a = simulate_mailbox(static_cast<std::uint64_t>(seed), senders, 60);
+    ASSERT_EQ(a.failure, "") << "seed " << seed;
+    ASSERT_EQ(a.received, senders * 60L);
+    sim_result b = simulate_mailbox(static_cast<std::uint64_t>(seed), senders, 60);
+    ASSERT_EQ(a.hash, b.hash) << "seed " << seed << " did not replay exactly";
+    parks += a.parks;
+    wakes += a.wakes;
+  }
+  // The interleavings did exercise the park/wake path, often.
+  EXPECT_GT(parks, seeds);
+  EXPECT_EQ(parks, wakes);
+}

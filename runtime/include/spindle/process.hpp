@@ -195,12 +195,26 @@ struct process_block final : process_base {
     }
     if (head != &stub) delete head;
   }
-  /// Any thread: links `msg` (wait-free), then counts it.
+  /// Any thread: links `msg` (wait-free), then counts it. The three steps
+  /// are separate so that the deterministic simulation (test_process) can
+  /// interleave them.
   void push(Msg&& msg) {
     auto* n = new mailbox_node<Msg>(std::in_place, std::move(msg));
-    mailbox_node<Msg>* prev = tail.exchange(n, std::memory_order_acq_rel);
-    prev->next.store(n, std::memory_order_release);
+    push_link(push_exchange(n), n);
     count_and_wake();
+  }
+  /// Step 1 of push: takes the tail; returns the node to link after.
+  mailbox_node<Msg>* push_exchange(mailbox_node<Msg>* n) noexcept {
+    return tail.exchange(n, std::memory_order_acq_rel);
+  }
+  /// Step 2 of push: makes `n` reachable (step 3 is count_and_wake).
+  static void push_link(mailbox_node<Msg>* prev, mailbox_node<Msg>* n) noexcept {
+    prev->next.store(n, std::memory_order_release);
+  }
+  /// Receiver: whether pop() would return at once (the oldest counted
+  /// message is linked) rather than wait for a preempted sender's link.
+  [[nodiscard]] bool head_linked() const noexcept {
+    return head->next.load(std::memory_order_acquire) != nullptr;
   }
   [[gnu::noinline]] mailbox_node<Msg>* wait_for_link() noexcept {
     for (unsigned i = 0;; ++i) {
