@@ -60,7 +60,7 @@ TEST(Process, PidIsAValue) {
   EXPECT_EQ(copy, p);
   EXPECT_NE(p.value(), 0u);
   EXPECT_EQ(std::hash<pid<long>>{}(p), std::hash<std::uint64_t>{}(p.value()));
-  EXPECT_TRUE(spindle::send(p, 2L));
+  EXPECT_TRUE(spindle::send(p, 2));  // converts to the pid's Msg (long)
   EXPECT_TRUE(spindle::send(p, 3L));
   EXPECT_TRUE(spindle::send(p, -1L));
   rt.block_on(wait_until_complete(p));
@@ -772,4 +772,30 @@ TEST(ProcessSimulation, ManySeedsNoLostOrSpuriousWakeAndExactReplay) {
   // The interleavings did exercise the park/wake path, often.
   EXPECT_GT(parks, seeds);
   EXPECT_EQ(parks, wakes);
+}
+
+namespace {
+
+task<void> collect_strings(process_context<std::string>& ctx, std::string* out) {
+  for (;;) {
+    std::string s = co_await ctx.receive();
+    if (s.empty()) break;
+    *out += s;
+  }
+}
+
+}  // namespace
+
+TEST(Process, MessagesConvertToThePidsType) {
+  spindle::runtime rt{{.workers = 2}};
+  std::string out;
+  pid<std::string> p = rt.spawn_process<std::string>(
+      [&out](process_context<std::string>& ctx) { return collect_strings(ctx, &out); });
+  std::unordered_set<pid<std::string>> set{p, p};
+  EXPECT_EQ(set.size(), 1u);
+  EXPECT_TRUE(spindle::send(p, "ab"));
+  EXPECT_TRUE(spindle::send(p, std::string("cd")));
+  EXPECT_TRUE(spindle::send(p, ""));
+  rt.block_on(spindle::monitor(p));
+  EXPECT_EQ(out, "abcd");
 }

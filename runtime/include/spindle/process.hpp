@@ -471,9 +471,11 @@ pid<Msg> runtime::spawn_process(F&& body) {
 /// Sends `msg` to `to` from any thread; never blocks. Returns false (and
 /// drops `msg`) when the process has completed, the pid was never issued,
 /// or its bounded mailbox is full. A true return means the message is in the
-/// mailbox; it is lost only if the process ends without receiving it.
+/// mailbox; it is lost only if the process ends without receiving it. `msg`
+/// converts to Msg (Msg is taken from the pid: send(p, "text") for a
+/// pid<std::string>, send(p, 1) for a pid<long>).
 template <class Msg>
-bool send(pid<Msg> const& to, Msg msg) {
+bool send(pid<Msg> const& to, std::type_identity_t<Msg> msg) {
   detail::process_base* base = detail::pid_acquire(to.value());
   if (base == nullptr) return false;
   auto* b = static_cast<detail::process_block<Msg>*>(base);
@@ -495,7 +497,7 @@ bool send(pid<Msg> const& to, Msg msg) {
 /// Sends `msg`, waiting (suspended, from a task) while a bounded mailbox is
 /// full. Yields false when the process completed before there was room.
 template <class Msg>
-SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, Msg msg) {
+SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, std::type_identity_t<Msg> msg) {
   detail::process_base* base = detail::pid_acquire(to.value());
   if (base == nullptr) co_return false;
   struct release_guard {
