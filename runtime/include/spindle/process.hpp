@@ -292,6 +292,8 @@ task<void> process_main(process_context<Msg> ctx, F body);
 template <class Msg>
 class process_context {
  public:
+  /// Takes over `other`'s process (the body's coroutine moves its context
+  /// into its frame); `other` is left empty.
   process_context(process_context&& other) noexcept
       : block_(std::exchange(other.block_, nullptr)), finished_(other.finished_) {}
   process_context(process_context const&) = delete;
@@ -346,11 +348,15 @@ class process_context {
 template <class Msg>
 class process_context<Msg>::receive_awaiter {
  public:
+  /// Awaits the mailbox of process block `b` (made by receive()).
   explicit receive_awaiter(detail::process_block<Msg>* b) noexcept : b_(b) {}
+  /// True when a message is there already (or the runtime shuts down).
   bool await_ready() noexcept {
     if (b_->avail == 0) b_->refresh(b_->word.load(std::memory_order_acquire));
     return b_->avail != 0 || b_->cancelled.load(std::memory_order_acquire);
   }
+  /// Parks the process (Idle) unless a message arrived meanwhile; false
+  /// then, and the process goes on at once.
   bool await_suspend(std::coroutine_handle<> caller) noexcept {
     detail::task_header* self = detail::suspend_current(caller);
     detail::set_cancel_hook(self, &detail::receive_cancel_hook, b_);
@@ -361,6 +367,7 @@ class process_context<Msg>::receive_awaiter {
     parked_ = true;
     return true;
   }
+  /// The next message. Throws spindle::task_cancelled at runtime shutdown.
   Msg await_resume() {
     if (parked_) b_->unpark(false);
     if (b_->cancelled.load(std::memory_order_acquire)) throw task_cancelled{};
@@ -376,20 +383,28 @@ class process_context<Msg>::receive_awaiter {
 template <class Msg>
 class process_context<Msg>::receive_for_awaiter : detail::timed_receive_base {
  public:
+  /// Awaits the mailbox of process block `b` for at most `d` (made by
+  /// receive_for()).
   receive_for_awaiter(detail::process_block<Msg>* b, std::chrono::nanoseconds d) noexcept
       : b_(b), d_(d) {
     block = b;
   }
+  /// True when a message is there already, the runtime shuts down, or the
+  /// duration is not positive.
   bool await_ready() noexcept {
     if (b_->avail == 0) b_->refresh(b_->word.load(std::memory_order_acquire));
     return b_->avail != 0 || b_->cancelled.load(std::memory_order_acquire) || d_ <= d_.zero();
   }
+  /// Parks the process with a timer for the deadline; false when a message
+  /// arrived meanwhile.
   bool await_suspend(std::coroutine_handle<> caller) {
     auto now = std::chrono::steady_clock::now();
     auto limit = std::chrono::steady_clock::time_point::max() - now;
     auto deadline = d_ >= limit ? std::chrono::steady_clock::time_point::max() : now + d_;
     return suspend(detail::suspend_current(caller), deadline);
   }
+  /// The next message, or empty when the time ran out first. Throws
+  /// spindle::task_cancelled at runtime shutdown.
   std::optional<Msg> await_resume() {
     resume();
     if (b_->cancelled.load(std::memory_order_acquire)) throw task_cancelled{};
@@ -533,8 +548,11 @@ template <class Msg>
 
 }  // namespace spindle
 
+/// Hashes a pid by its value() (index and generation), for unordered
+/// containers keyed by pid.
 template <class Msg>
 struct std::hash<spindle::pid<Msg>> {
+  /// The hash of p.value().
   std::size_t operator()(spindle::pid<Msg> const& p) const noexcept {
     return std::hash<std::uint64_t>{}(p.value());
   }

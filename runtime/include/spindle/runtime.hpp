@@ -254,6 +254,7 @@ class runtime {
   /// spindle/process.hpp, which defines it (include it, or spindle.hpp).
   template <class Msg, class F>
   pid<Msg> spawn_process(F&& body, process_options opts);
+  /// As above, with the default process_options (unbounded mailbox).
   template <class Msg, class F>
   pid<Msg> spawn_process(F&& body);
 

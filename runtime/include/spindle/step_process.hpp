@@ -61,23 +61,25 @@ using payload = std::any;
 
 /// One event handed to step().
 struct step_event {
+  /// What the event reports.
   enum class kind : std::uint8_t {
     message,         ///< sent to the process's pid; `data` is the message
     yield_complete,  ///< a yielded command finished; `tag` says which
   };
-  kind type = kind::message;
-  std::uint64_t tag = 0;     ///< yield_complete: the tag step_output::yield returned
-  payload data;              ///< the message, or the command's result
-  std::exception_ptr error;  ///< yield_complete: what the handler threw (or unknown command)
+  kind type = kind::message;  ///< a message or a command's completion
+  std::uint64_t tag = 0;      ///< yield_complete: the tag step_output::yield returned
+  payload data;               ///< the message, or the command's result
+  std::exception_ptr error;   ///< yield_complete: what the handler threw (or unknown command)
 };
 
 /// What a step writes: commands to dispatch, and whether the process is done.
 class step_output {
  public:
+  /// One yielded command, as dispatched to its handler.
   struct command {
-    std::string name;
-    payload args;
-    std::uint64_t tag;
+    std::string name;   ///< the handler's name (step_handlers::add)
+    payload args;       ///< handed to the handler
+    std::uint64_t tag;  ///< returned with the result (step_event::tag)
   };
   /// Yields command `name` with `args`; returns its correlation tag (unique
   /// within the process, increasing).
@@ -89,8 +91,11 @@ class step_output {
   /// Ends the process after this step (its commands are still dispatched;
   /// their results are dropped).
   void complete() noexcept { complete_ = true; }
+  /// True once complete() was called.
   [[nodiscard]] bool is_complete() const noexcept { return complete_; }
+  /// The commands yielded since the last clear_commands(), in order.
   [[nodiscard]] std::span<command const> commands() const noexcept { return commands_; }
+  /// Forgets the yielded commands (the runtime calls it after dispatching).
   void clear_commands() noexcept { commands_.clear(); }
 
  private:
@@ -102,12 +107,15 @@ class step_output {
 /// Command handlers by name: each an async function payload -> payload.
 class step_handlers {
  public:
+  /// An async command handler: its argument payload in, its result out (an
+  /// exception becomes the event's `error`).
   using handler = std::function<task<payload>(payload)>;
   /// Registers (or replaces) the handler of `name`.
   step_handlers& add(std::string name, handler h) {
     map_[std::move(name)] = std::move(h);
     return *this;
   }
+  /// The handler registered as `name`, or nullptr.
   [[nodiscard]] handler const* find(std::string_view name) const {
     auto it = map_.find(std::string(name));
     return it == map_.end() ? nullptr : &it->second;
