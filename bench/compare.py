@@ -585,22 +585,52 @@ def spindle_fiber(cfg, res):
             res.add("fiber_park_time", system, statistics.median(ms), "ms")
 
 
-def peer_fiber(cfg, res, system, cmd, env=None):
-    """A peer's fiber workloads: the timed ones in one process, then
-    cfg.park_reps fresh processes of fiber_park (RSS growth)."""
-    log(f"{system}: {', '.join(FIBER_TIMED)}")
+def peer_timed(cfg, res, system, cmd, workloads, env=None):
+    """Runs a peer's timed `workloads` in one process (the peers' JSON
+    protocol: --workers/--reps/--min-time/--workload) and records the median
+    of each one's samples, or its failure."""
+    log(f"{system}: {', '.join(workloads)}")
     timed = cmd + ["--workers", str(cfg.workers), "--reps", str(cfg.reps),
                    "--min-time", str(cfg.min_time)]
-    for w in FIBER_TIMED:
+    for w in workloads:
         timed += ["--workload", w]
     code, out, err = run(timed, env=env, check=False)
     if code != 0:
         reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
-        for w in FIBER_TIMED:
+        for w in workloads:
             res.miss(w, system, f"failed: {reason}")
-    else:
-        for r in json.loads(out)["results"]:
-            res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+        return
+    for r in json.loads(out)["results"]:
+        res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+
+
+def target_checks(res, targets):
+    """One line per (label, workload, peer, bound) target: spindle's median
+    against the peer's, met when the cost ratio is at most `bound`."""
+    lines = []
+    for label, workload, peer, bound in targets:
+        sv, unit = res.value(workload, "spindle")
+        pv, _ = res.value(workload, peer)
+        target = f"target <= {bound:g}x"
+        if sv is None or pv is None:
+            why = res.missing.get((workload, "spindle" if sv is None else peer), "no result")
+            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: not measured "
+                         f"({target}; {why})")
+            continue
+        ratio = cost_ratio(sv, pv, unit)
+        if ratio is None:
+            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: no ratio ({target})")
+            continue
+        verdict = "met" if ratio <= bound else "NOT met"
+        lines.append(f"{label}: spindle {fmt(sv)} {unit} vs {peer} {fmt(pv)} {unit}: "
+                     f"{verdict} ({ratio:.2f}x cost; {target})")
+    return lines
+
+
+def peer_fiber(cfg, res, system, cmd, env=None):
+    """A peer's fiber workloads: the timed ones in one process, then
+    cfg.park_reps fresh processes of fiber_park (RSS growth)."""
+    peer_timed(cfg, res, system, cmd, FIBER_TIMED, env)
     log(f"{system}: 100,000 parked, {cfg.park_reps} fresh process(es)")
     samples = {}
     for _ in range(cfg.park_reps):
@@ -619,26 +649,7 @@ def peer_fiber(cfg, res, system, cmd, env=None):
 
 def fiber_checks(res):
     """One line per target of the fiber issue, from the medians."""
-    lines = []
-    for label, workload, peer, bound in FIBER_TARGETS:
-        sv, unit = res.value(workload, "spindle")
-        pv, _ = res.value(workload, peer)
-        target = f"target <= {bound:g}x"
-        if sv is None or pv is None:
-            why = res.missing.get((workload, "spindle" if sv is None else peer), "no result")
-            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: not measured "
-                         f"({target}; {why})")
-            continue
-        ratio = cost_ratio(sv, pv, unit)
-        short = unit.split("/")[0]
-        if ratio is None:
-            lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
-                         f"no ratio ({target})")
-            continue
-        verdict = "met" if ratio <= bound else "NOT met"
-        lines.append(f"{label}: spindle {fmt(sv)} {short} vs {peer} {fmt(pv)} {short}: "
-                     f"{verdict} ({ratio:.2f}x; {target})")
-    return lines
+    return target_checks(res, FIBER_TARGETS)
 
 
 # --------------------------------------------------------------------------
@@ -697,19 +708,7 @@ def spindle_process(cfg, res):
 def peer_process(cfg, res, system, cmd, env=None):
     """A peer's process workloads (the peers' JSON protocol): the timed ones
     in one process, then cfg.park_reps fresh processes of process_idle."""
-    log(f"{system}: {', '.join(PROCESS_TIMED)}")
-    timed = cmd + ["--workers", str(cfg.workers), "--reps", str(cfg.reps),
-                   "--min-time", str(cfg.min_time)]
-    for w in PROCESS_TIMED:
-        timed += ["--workload", w]
-    code, out, err = run(timed, env=env, check=False)
-    if code != 0:
-        reason = (err.strip().splitlines() or [f"exit status {code}"])[-1]
-        for w in PROCESS_TIMED:
-            res.miss(w, system, f"failed: {reason}")
-    else:
-        for r in json.loads(out)["results"]:
-            res.add(r["workload"], system, statistics.median(r["samples"]), r["unit"])
+    peer_timed(cfg, res, system, cmd, PROCESS_TIMED, env)
     log(f"{system}: 100,000 idle processes, {cfg.park_reps} fresh process(es)")
     values = []
     for _ in range(cfg.park_reps):
@@ -726,23 +725,7 @@ def peer_process(cfg, res, system, cmd, env=None):
 
 def process_checks(res):
     """One line per target of the process issue, from the medians."""
-    lines = []
-    for label, workload, peer, bound in PROCESS_TARGETS:
-        sv, unit = res.value(workload, "spindle")
-        pv, _ = res.value(workload, peer)
-        target = f"target <= {bound:g}x"
-        if sv is None or pv is None:
-            why = res.missing.get((workload, "spindle" if sv is None else peer), "no result")
-            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: not measured "
-                         f"({target}; {why})")
-            continue
-        ratio = cost_ratio(sv, pv, unit)
-        if ratio is None:
-            lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: no ratio ({target})")
-            continue
-        verdict = "met" if ratio <= bound else "NOT met"
-        lines.append(f"{label}: spindle {fmt(sv)} {unit} vs {peer} {fmt(pv)} {unit}: "
-                     f"{verdict} ({ratio:.2f}x cost; {target})")
+    lines = target_checks(res, PROCESS_TARGETS)
     sv, _ = res.value("process_idle_memory", "spindle")
     if sv is None:
         lines.append(f"idle_memory: not measured (target <= {PROCESS_IDLE_BYTES_TARGET} bytes)")

@@ -103,11 +103,28 @@ bool accept_retry_now(int err) noexcept {
 constexpr auto accept_backoff_min = std::chrono::milliseconds(1);
 constexpr auto accept_backoff_max = std::chrono::milliseconds(100);
 
+/// What an accept loop does after accept answered `err`: waits for
+/// readiness (EAGAIN) or backs off (descriptor exhaustion; `backoff` doubles
+/// up to accept_backoff_max), or nothing (a connection that died in the
+/// backlog), before the caller tries again; throws for any other error.
+task<void> after_accept_error(int listen_fd, int err, std::chrono::milliseconds& backoff) {
+  if (err == EAGAIN) {
+    check_readiness(co_await readiness(listen_fd, POLLIN), "accept");
+  } else if (out_of_descriptors(err)) {
+    // Tokio leaves this to the server loop (hyper sleeps a second); asio
+    // reports it. Retrying here keeps every caller's loop correct.
+    co_await spindle::sleep_for(backoff);
+    backoff = std::min(backoff * 2, accept_backoff_max);
+  } else if (!accept_retry_now(err)) {
+    throw_errno(err, "accept");
+  }
+}
+
 /// Accepts one connection on `listen_fd` with one single-shot ACCEPT SQE
 /// (or accept4 and readiness waits) per call; yields the new non-blocking
 /// descriptor.
 task<int> accept_single(int listen_fd, bool ring) {
-  auto backoff = accept_backoff_min;
+  std::chrono::milliseconds backoff = accept_backoff_min;
   for (;;) {
     int r;
     if (ring) {
@@ -117,17 +134,7 @@ task<int> accept_single(int listen_fd, bool ring) {
       if (r < 0) r = -errno;
     }
     if (r >= 0) co_return r;
-    int const err = -r;
-    if (err == EAGAIN) {
-      check_readiness(co_await readiness(listen_fd, POLLIN), "accept");
-    } else if (out_of_descriptors(err)) {
-      // Tokio leaves this to the server loop (hyper sleeps a second);
-      // asio reports it. Retrying here keeps every caller's loop correct.
-      co_await spindle::sleep_for(backoff);
-      backoff = std::min(backoff * 2, accept_backoff_max);
-    } else if (!accept_retry_now(err)) {
-      throw_errno(err, "accept");
-    }
+    co_await after_accept_error(listen_fd, -r, backoff);
   }
 }
 
@@ -600,7 +607,7 @@ task<int> listener_socket::accept_descriptor() {
   if (uring == nullptr || !uring->multishot_accept() || queue_ == nullptr || !multishot_allowed()) {
     co_return co_await accept_single(listen_fd, ring);
   }
-  auto backoff = accept_backoff_min;
+  std::chrono::milliseconds backoff = accept_backoff_min;
   for (;;) {
     int r = 0;
     {
@@ -608,16 +615,7 @@ task<int> listener_socket::accept_descriptor() {
       r = co_await wait;
     }
     if (r >= 0) co_return r;
-    if (r == accept_queue::rearm) continue;
-    int const err = -r;
-    if (err == EAGAIN) {
-      check_readiness(co_await readiness(listen_fd, POLLIN), "accept");
-    } else if (out_of_descriptors(err)) {
-      co_await spindle::sleep_for(backoff);
-      backoff = std::min(backoff * 2, accept_backoff_max);
-    } else if (!accept_retry_now(err)) {
-      throw_errno(err, "accept");
-    }
+    if (r != accept_queue::rearm) co_await after_accept_error(listen_fd, -r, backoff);
   }
 }
 
