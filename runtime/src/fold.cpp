@@ -7,7 +7,7 @@
 // fold_ticket is a coroutine parameter, so a frame dropped unrun (a spawn
 // refused at shutdown) leaves through the ticket's destructor. Leaving is
 // the helper's last touch of the fold (the latch of runtime folds).
-// Thread-safety: any runtime thread. Design source: seed 001.
+// Thread-safety: any runtime thread. Design source: hylic's fold pool.
 #include "spindle/fold.hpp"
 
 #include "scheduler.hpp"

@@ -1,4 +1,4 @@
-// spindle::fold_pool's threads and dispatch (seed 001's funnel pool).
+// spindle::fold_pool's threads and dispatch (hylic's funnel pool).
 //
 // Pool threads sleep on a futex word (an event count: `epoch`) between
 // folds. dispatch, under a mutex (folds take turns):
@@ -11,7 +11,7 @@
 // can still obtain, a pointer into the caller's stack (the job and the fold
 // state). The steps are detail/fold_dispatch.hpp's (simulated step by step
 // in tests/test_fold.cpp).
-// Thread-safety: see spindle/fold.hpp. Design source: seed 001.
+// Thread-safety: see spindle/fold.hpp. Design source: hylic's fold pool.
 #include <pthread.h>
 
 #include <atomic>

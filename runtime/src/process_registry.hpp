@@ -4,7 +4,7 @@
 // process-wide pid table (process.cpp).
 //
 // Thread-safety: atomics, any thread.
-// Design source: seed 004 (cancel on shutdown, wait with a timeout).
+// Design source: the Go process scheduler (cancel on shutdown, wait with a timeout).
 #pragma once
 
 #include <array>

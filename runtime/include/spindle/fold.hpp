@@ -41,7 +41,7 @@
 // fold's own callbacks. spindle::fold and runtime::fold may run any number
 // of folds at once.
 //
-// Design source: seed 001 (hylic's funnel pool: persistent scoped threads,
+// Design source: hylic's fold pool (persistent scoped threads,
 // dispatch = publish, body, seal, latch, with the in_job counter raised
 // before the job pointer is read; CPS walk with arenas; sessions; presets).
 #pragma once
@@ -137,7 +137,7 @@ namespace detail {
 extern std::atomic<void (*)(std::size_t, bool)> fold_pool_entry_hook;
 }  // namespace detail
 
-/// A scoped pool of persistent threads for folds (seed 001's funnel pool).
+/// A scoped pool of persistent threads for folds (hylic's funnel pool).
 /// Threads park on a futex between folds; a fold wakes them all, and the
 /// calling thread works too. Created only through with().
 class fold_pool {

@@ -53,7 +53,7 @@
 // be used from any thread, task, fiber or process (spawn_process and monitor
 // as spawn and block_on allow); process_context is used by its own process
 // only. A pid may outlive its runtime (sends then return false).
-// Design source: seed 004 (the Go process scheduler: states, the wakeup
+// Design source: the Go process scheduler (states, the wakeup
 // flag, routing by PID, cancel on shutdown), Vyukov's MPSC queue, Erlang's
 // pids (index + serial), Tokio's notified-while-running task state.
 #pragma once
@@ -83,7 +83,7 @@
 
 namespace spindle {
 
-/// Where a process stands (seed 004's states).
+/// Where a process stands (the Go process scheduler's states).
 enum class process_state : std::uint8_t { ready, running, blocked, idle, complete };
 
 /// Options of spawn_process.

@@ -1,4 +1,4 @@
-// spindle step processes: seed 004's Init/Step/Close state machines, run as
+// spindle step processes: the Go process scheduler's Init/Step/Close state machines, run as
 // processes (spindle/process.hpp), with commands dispatched to named async
 // handlers.
 //
@@ -35,7 +35,7 @@
 // Thread-safety: init/step/close run on the process only (one at a time);
 // step_handlers may be shared by many processes once built (add() is not
 // thread-safe, lookups are).
-// Design source: seed 004 (Process interface, Event, StepOutput, command
+// Design source: the Go process scheduler (Process interface, Event, StepOutput, command
 // dispatch with correlation tags).
 #pragma once
 

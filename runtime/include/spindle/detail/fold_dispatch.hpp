@@ -1,4 +1,4 @@
-// The dispatch protocol of spindle::fold_pool (seed 001): publish, body,
+// The dispatch protocol of spindle::fold_pool (hylic's fold pool): publish, body,
 // seal, latch, as separate steps, so that fold_pool.cpp runs them in order
 // and tests/test_fold.cpp's deterministic simulation interleaves them with
 // pool threads' steps one at a time.
@@ -17,7 +17,7 @@
 // All four use seq_cst on the two words: the thread's increment and read and
 // the caller's seal and latch read fall in one total order.
 // Thread-safety: enter/leave from pool threads, the rest from the caller
-// holding the pool's dispatch lock. Design source: seed 001.
+// holding the pool's dispatch lock. Design source: hylic's fold pool.
 #pragma once
 
 #include <atomic>

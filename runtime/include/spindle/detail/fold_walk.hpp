@@ -30,7 +30,7 @@
 // rethrows it.
 //
 // Thread-safety: internal to spindle/fold.hpp.
-// Design source: seed 001 (hylic's funnel executor: CPS walk, arenas,
+// Design source: hylic's fold pool (its funnel executor: CPS walk, arenas,
 // per-worker deques); Chase-Lev stealing (fold_deque.hpp).
 #pragma once
 
@@ -52,7 +52,7 @@
 
 namespace spindle {
 
-/// How a fold shares out its work. Presets (seed 001's funnel presets):
+/// How a fold shares out its work. Presets (hylic's funnel presets):
 /// fold_policy::standard(), wide_light(), deep_narrow(). The figures that
 /// chose them (bench/bench_fold, 2 threads, ms per fold, medians of 3, on a
 /// 2-core VM shared with other builds: differences under ~20% are noise):
