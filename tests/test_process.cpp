@@ -596,7 +596,7 @@ TEST(StepProcess, ShutdownClosesAWaitingMachine) {
 //
 // One thread, a seeded RNG: S virtual senders and the receiver take turns,
 // step by step, on a real process_block (the production push steps:
-// push_exchange, push_link, count_and_wake; the receiver's refresh, pop,
+// push_exchange, push_link, count_and_wake; the receiver's available, pop,
 // try_park and unpark). The block's task is a real task header held RUNNING,
 // so a wake goes through detail::wake and task_state::mark_woken and shows
 // as the NOTIFIED bit, which the simulator takes after every step. Checked
@@ -641,7 +641,7 @@ sim_result simulate_mailbox(std::uint64_t seed, int senders, int per_sender) {
     int sent = 0;
     int step = 0;  // 0: next message, 1: exchanged, 2: linked
     node_t* node = nullptr;
-    node_t* prev = nullptr;
+    spindle::detail::mailbox_link* prev = nullptr;
   };
   std::vector<sender> ss(static_cast<std::size_t>(senders));
   std::vector<int> last_seen(static_cast<std::size_t>(senders), -1);
@@ -725,8 +725,7 @@ sim_result simulate_mailbox(std::uint64_t seed, int senders, int per_sender) {
       if (!take_wake()) return r;
       continue;
     }
-    if (block->avail == 0) block->refresh(block->word.load(std::memory_order_acquire));
-    if (block->avail != 0) {
+    if (block->available() != 0) {
       if (!block->head_linked()) continue;  // production spins here; the sim lets the sender run
       std::uint64_t const m = block->pop();
       std::size_t const from = static_cast<std::size_t>(m >> 32);
@@ -750,6 +749,7 @@ sim_result simulate_mailbox(std::uint64_t seed, int senders, int per_sender) {
   }
   if (block->word.load() >> 1 != block->taken.load()) r.failure = "counted messages left over";
   block->task = nullptr;
+  block->drain();
   return r;
 }
 

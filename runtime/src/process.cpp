@@ -1,30 +1,39 @@
 // spindle processes: the pid table, the mailbox word's protocol, shutdown
 // and stats (see spindle/process.hpp for the shape).
 //
-// The pid table: up to 2^16 chunks of 4096 slots, allocated on demand and
-// kept for the life of the program (so a slot's address never dangles and
-// a pid may outlive its runtime). A slot's 64-bit word is
+// The pid table: up to 2^16 chunks of 4096 slots of 80 bytes, allocated on
+// demand and kept for the life of the program (so a slot's address never
+// dangles and a pid may outlive its runtime). A slot is a 64-bit word and
+// the process itself (process_base, constructed in the slot at spawn: a
+// process allocates no block of its own). The word is
 //
-//   generation (32) | references (29) | has_block (1) | state (2)
+//   generation (32) | references (28) | has_error (1) | has_block (1) | state (2)
 //
 // with state free / alive / zombie. A lookup (send, state_of) takes a
 // reference with one CAS when the generation matches and the process is
-// alive; the block is freed by whoever leaves the slot zombie with no
-// reference and the block still there (the process's own finish, or the
-// last sender), who then puts the slot on a free list. The zombie keeps the
-// body's outcome (exception_ptr) for late monitors until the slot is reused
-// with the next generation. Free lists are sharded (16 mutex-guarded
-// vectors); only spawns and frees touch them, never lookups.
+// alive; the process is released (its leftover messages freed, the join
+// interest on its task dropped, its extras deleted) by whoever leaves the
+// slot zombie with no reference and the block still there (the process's
+// own end, or the last sender), who then puts the slot on a free list. The
+// zombie keeps the body's outcome (an exception_ptr in the block's bytes,
+// has_error) for late monitors until the slot is reused with the next
+// generation. Free lists are sharded (16 mutex-guarded vectors); only
+// spawns and frees touch them, never lookups.
+//
+// Stats come from counters (process_registry's shards), never from a scan:
+// alive, finished, messages sent and received, parked idle and blocked.
 #include "spindle/process.hpp"
 
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -44,14 +53,23 @@ constexpr std::uint64_t st_free = 0;
 constexpr std::uint64_t st_alive = 1;
 constexpr std::uint64_t st_zombie = 2;
 constexpr std::uint64_t has_block = 4;
-constexpr std::uint64_t ref_one = 8;
-constexpr std::uint64_t refs_mask = 0xFFFF'FFF8ULL;
+constexpr std::uint64_t has_error = 8;
+constexpr std::uint64_t ref_one = 16;
+constexpr std::uint64_t refs_mask = 0xFFFF'FFF0ULL;
 
 struct slot {
   std::atomic<std::uint64_t> word{0};
-  process_base* block = nullptr;
-  std::exception_ptr error;
+  alignas(process_base) unsigned char storage[sizeof(process_base)];
+  [[nodiscard]] process_base* block() noexcept {
+    return std::launder(reinterpret_cast<process_base*>(storage));
+  }
 };
+static_assert(sizeof(slot) == 80, "a pid table slot is the process: keep it at 80 bytes");
+static_assert(sizeof(std::exception_ptr) <= sizeof(std::uint64_t));
+
+std::exception_ptr* error_of(process_base* b) noexcept {
+  return std::launder(reinterpret_cast<std::exception_ptr*>(b->error_bytes));
+}
 
 std::array<std::atomic<slot*>, max_chunks> chunks{};
 std::mutex grow_mutex;
@@ -142,8 +160,18 @@ bool take_ref(slot* s, std::uint64_t& w, Pred accept) noexcept {
   }
 }
 
+/// The last reference of a zombie went: frees what the process still holds.
+void free_process(slot* s, std::uint32_t index) noexcept {
+  process_base* const b = s->block();
+  b->drain();
+  task_header* const t = b->task;
+  process_extras* const e = b->extras.load(std::memory_order_acquire);
+  if (t != nullptr) join_detach(t);  // may free the body's header and frame
+  delete e;                          // the body callable, the room, the monitors' event
+  push_free(index);
+}
+
 void release_slot(slot* s, std::uint32_t index) noexcept {
-  process_base* const block = s->block;
   std::uint64_t w = s->word.load(std::memory_order_relaxed);
   bool free_it = false;
   std::uint64_t nw = 0;
@@ -153,10 +181,7 @@ void release_slot(slot* s, std::uint32_t index) noexcept {
     if (free_it) nw &= ~has_block;
   } while (
       !s->word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_relaxed));
-  if (free_it) {
-    delete block;
-    push_free(index);
-  }
+  if (free_it) free_process(s, index);
 }
 
 /// Shutdown: a pending or later receive throws task_cancelled.
@@ -175,7 +200,7 @@ void for_each_live(Fn fn) noexcept {
     if (s == nullptr) continue;
     std::uint64_t w = 0;
     if (!take_ref(s, w, [](std::uint64_t x) { return (x & st_mask) == st_alive; })) continue;
-    fn(s->block);
+    fn(s->block());
     release_slot(s, i);
   }
 }
@@ -197,10 +222,43 @@ void yield_thread() noexcept {
   ::sched_yield();
 }
 
+process_extras::~process_extras() {
+  delete monitors.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+/// The counters of the process's runtime, the calling thread's shard
+/// (nullptr for a block without a runtime: the simulation in test_process).
+process_registry::shard* counters_of(process_base const* b) noexcept {
+  scheduler* s = b->task != nullptr ? b->task->sched : nullptr;
+  return s != nullptr ? &s->processes().mine() : nullptr;
+}
+
+void count(process_base const* b, std::atomic<std::int64_t> process_registry::shard::*field,
+           std::int64_t by) noexcept {
+  if (process_registry::shard* sh = counters_of(b))
+    (sh->*field).fetch_add(by, std::memory_order_relaxed);
+}
+
+/// Parked in receive: 1 idle, 2 blocked (a step process waiting for its
+/// commands' results).
+std::atomic<std::int64_t> process_registry::shard::*parked_counter(std::uint8_t kind) noexcept {
+  return kind == 2 ? &process_registry::shard::blocked : &process_registry::shard::idle;
+}
+
+/// The park ended without an unpark (the frame is destroyed): uncount it.
+void park_withdrawn(process_base* b) noexcept {
+  std::uint8_t const kind = b->parked.exchange(0, std::memory_order_relaxed);
+  if (kind != 0) count(b, parked_counter(kind), -1);
+}
+
+}  // namespace
+
 void process_base::took() noexcept {
-  --avail;
   std::uint32_t t = taken.load(std::memory_order_relaxed) + 1;
-  received.store(received.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  ++received;
+  count(this, &process_registry::shard::received, 1);
   if (t >= (1u << 20)) {
     // A receiver that never parks: settle the count so the word cannot
     // overflow.
@@ -212,32 +270,56 @@ void process_base::took() noexcept {
 
 bool process_base::try_park() noexcept {
   std::uint32_t expected = (taken.load(std::memory_order_relaxed) << 1) | 1u;
-  in_receive.store(true, std::memory_order_relaxed);
+  std::uint8_t const kind = awaiting_yields.load(std::memory_order_relaxed) ? 2 : 1;
+  parked.store(kind, std::memory_order_relaxed);
   if (word.compare_exchange_strong(expected, 0, std::memory_order_acq_rel,
                                    std::memory_order_acquire)) {
     taken.store(0, std::memory_order_relaxed);
+    // Still this task's poll: a wake meanwhile only marks it NOTIFIED, so
+    // the unpark's decrement cannot come before this.
+    count(this, parked_counter(kind), 1);
     return true;
   }
-  in_receive.store(false, std::memory_order_relaxed);
-  refresh(expected);
+  parked.store(0, std::memory_order_relaxed);
   return false;
 }
 
 void process_base::unpark(bool bit_already_set) noexcept {
-  in_receive.store(false, std::memory_order_relaxed);
-  std::uint32_t w = bit_already_set ? word.load(std::memory_order_acquire)
-                                    : word.fetch_add(1, std::memory_order_acq_rel) + 1;
-  refresh(w);
+  std::uint8_t const kind = parked.exchange(0, std::memory_order_relaxed);
+  if (kind != 0) count(this, parked_counter(kind), -1);
+  if (!bit_already_set) word.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void process_base::count_and_wake() noexcept {
+  count(this, &process_registry::shard::sent, 1);
   if (word.fetch_add(2, std::memory_order_acq_rel) == 0) wake(task);
+}
+
+void process_base::drain() noexcept {
+  // The head is the dummy (its value gone); every node after it holds one.
+  mailbox_link* h = head;
+  bool with_value = false;
+  for (;;) {
+    mailbox_link* const next = h->next.load(std::memory_order_acquire);
+    if (h != &stub) {
+      auto* m = static_cast<mailbox_message*>(h);
+      m->release(m, with_value);
+    }
+    if (next == nullptr) break;
+    h = next;
+    with_value = true;
+  }
+  head = &stub;
+  stub.next.store(nullptr, std::memory_order_relaxed);
+  tail.store(&stub, std::memory_order_relaxed);
 }
 
 bool receive_cancel_hook(void* block) noexcept {
   auto* b = static_cast<process_base*>(block);
   // Won from 0: nobody will wake it. Otherwise a sender's wake is coming.
-  return b->word.fetch_add(1, std::memory_order_acq_rel) == 0;
+  if (b->word.fetch_add(1, std::memory_order_acq_rel) != 0) return false;
+  park_withdrawn(b);
+  return true;
 }
 
 bool timed_receive_cancel_hook(void* awaiter) noexcept {
@@ -247,7 +329,9 @@ bool timed_receive_cancel_hook(void* awaiter) noexcept {
     a->armed = false;
   }
   if (a->bit_set) return false;  // lost to a sender after the deadline passed
-  return a->block->word.fetch_add(1, std::memory_order_acq_rel) == 0;
+  if (a->block->word.fetch_add(1, std::memory_order_acq_rel) != 0) return false;
+  park_withdrawn(a->block);
+  return true;
 }
 
 bool timed_receive_base::suspend(task_header* self,
@@ -287,7 +371,7 @@ void timed_receive_base::resume() noexcept {
 // ---------------------------------------------------------------------------
 // The pid table
 
-std::uint64_t pid_issue(process_base* block, scheduler* sched) {
+void* pid_reserve(std::uint64_t& value) {
   std::uint32_t index = 0;
   slot* s = nullptr;
   std::uint32_t gen = 1;
@@ -307,22 +391,44 @@ std::uint64_t pid_issue(process_base* block, scheduler* sched) {
         break;
       }
     }
+    // The old process's outcome goes with its generation.
+    if ((w & has_error) != 0) std::destroy_at(error_of(s->block()));
   } else {
     index = next_index.fetch_add(1, std::memory_order_acq_rel);
     s = find(index);
-    if (s == nullptr) s = grow(index);
+    if (s == nullptr) {
+      try {
+        s = grow(index);
+      } catch (...) {
+        // Not issued: the index is lost (only past 2^28 slots or without memory).
+        throw;
+      }
+    }
+    s->word.store(static_cast<std::uint64_t>(gen) << 32 | st_free, std::memory_order_relaxed);
   }
-  std::uint64_t const value = static_cast<std::uint64_t>(gen) << 32 | index;
-  s->block = block;
-  s->error = nullptr;
-  block->pid_value = value;
-  block->sched = sched;
+  value = static_cast<std::uint64_t>(gen) << 32 | index;
+  return s->storage;
+}
+
+void pid_unreserve(std::uint64_t value) noexcept {
+  push_free(index_of(value));
+}
+
+void pid_publish(std::uint64_t value, process_base* block, scheduler* sched) noexcept {
+  slot* s = find(index_of(value));
   process_registry& reg = sched->processes();
   reg.mine().alive.fetch_add(1, std::memory_order_relaxed);
-  s->word.store(static_cast<std::uint64_t>(gen) << 32 | ref_one | has_block | st_alive,
-                std::memory_order_seq_cst);
+  // Two references: the process's own (dropped at its end) and the caller's.
+  s->word.store(
+      static_cast<std::uint64_t>(gen_of(value)) << 32 | 2 * ref_one | has_block | st_alive,
+      std::memory_order_seq_cst);
   if (reg.closing.load(std::memory_order_seq_cst)) cancel_process(block);
-  return value;
+}
+
+std::uint64_t pid_value_of(process_base const* block) noexcept {
+  slot* s = find(block->index);
+  return static_cast<std::uint64_t>(gen_of(s->word.load(std::memory_order_relaxed))) << 32 |
+         block->index;
 }
 
 process_base* pid_acquire(std::uint64_t value) noexcept {
@@ -335,7 +441,7 @@ process_base* pid_acquire(std::uint64_t value) noexcept {
                 [gen](std::uint64_t x) { return gen_of(x) == gen && (x & st_mask) == st_alive; })) {
     return nullptr;
   }
-  return s->block;
+  return s->block();
 }
 
 void pid_release(std::uint64_t value) noexcept {
@@ -353,41 +459,60 @@ int pid_observe(std::uint64_t value, process_base*& block) noexcept {
     return 0;
   }
   if ((w & st_mask) == st_alive) {
-    block = s->block;
+    block = s->block();
     return 1;
   }
   return 2;
 }
 
 std::exception_ptr pid_outcome(std::uint64_t value) noexcept {
-  return find(index_of(value))->error;
+  slot* s = find(index_of(value));
+  if ((s->word.load(std::memory_order_acquire) & has_error) == 0) return nullptr;
+  return *error_of(s->block());
 }
 
-void pid_finish(process_base* block, std::exception_ptr error) noexcept {
-  std::uint64_t const value = block->pid_value;
-  if (value == 0) return;  // never issued
-  slot* s = find(index_of(value));
-  s->word.fetch_add(ref_one, std::memory_order_acquire);  // ours while we finish
-  s->error = std::move(error);
-  std::uint64_t w = s->word.load(std::memory_order_relaxed);
-  while (!s->word.compare_exchange_weak(w, (w & ~st_mask) | st_zombie, std::memory_order_acq_rel,
-                                        std::memory_order_relaxed)) {
+void process_task_done(join_waiter* self) noexcept {
+  auto* block = static_cast<process_base*>(self);
+  task_header* const t = block->task;
+  std::exception_ptr error;
+  if (t->cancelled_before_finish) {
+    error = std::make_exception_ptr(task_cancelled{});
+  } else {
+    // Taken out of the promise, so that dropping the join interest later
+    // does not report it as an exception nobody observed.
+    try {
+      static_cast<promise<void>*>(t->root_promise())->take_result();
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
-  process_registry& reg = block->sched->processes();
-  std::uint64_t const got = block->received.load(std::memory_order_relaxed);
-  std::uint32_t const counted = block->word.load(std::memory_order_acquire) >> 1;
-  std::uint64_t const pending = counted - block->taken.load(std::memory_order_relaxed);
+  std::uint64_t const value = pid_value_of(block);
+  slot* s = find(index_of(value));
+  process_registry& reg = t->sched->processes();
   process_registry::shard& mine = reg.mine();
-  mine.finished_received.fetch_add(got, std::memory_order_relaxed);
-  mine.finished_sent.fetch_add(
-      got + pending - (block->cancelled.load(std::memory_order_relaxed) && pending > 0 ? 1 : 0),
-      std::memory_order_relaxed);
-  mine.finished.fetch_add(1, std::memory_order_relaxed);
-  if (block->room) block->room->release(std::size_t{1} << 30);  // send_async waiters see done
+  // A park the frame's destruction ended (shutdown) is no longer counted.
+  park_withdrawn(block);
+  std::uint64_t extra = 0;
+  if (error) {
+    // `received` is dead from here: its bytes keep the outcome.
+    std::construct_at(error_of(block), std::move(error));
+    extra = has_error;
+  }
+  std::uint64_t w = s->word.load(std::memory_order_relaxed);
+  while (!s->word.compare_exchange_weak(w, (w & ~st_mask) | st_zombie | extra,
+                                        std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+  process_extras* const e = block->extras.load(std::memory_order_acquire);
+  if (e != nullptr && e->room)
+    e->room->release(std::size_t{1} << 30);  // send_async waiters see done
   block->finished.store(true, std::memory_order_seq_cst);
-  if (event* e = block->monitors.load(std::memory_order_seq_cst)) e->set();
+  process_extras* const m = block->extras.load(std::memory_order_seq_cst);
+  if (m != nullptr) {
+    if (event* ev = m->monitors.load(std::memory_order_seq_cst)) ev->set();
+  }
+  mine.finished.fetch_add(1, std::memory_order_relaxed);
   mine.alive.fetch_sub(1, std::memory_order_release);
-  release_slot(s, index_of(value));
+  release_slot(s, index_of(value));  // the process's own reference
 }
 
 process_state pid_state(std::uint64_t value) noexcept {
@@ -401,9 +526,8 @@ process_state pid_state(std::uint64_t value) noexcept {
     out = process_state::running;
   } else if ((st & state_bits::scheduled) != 0) {
     out = process_state::ready;
-  } else if (b->in_receive.load(std::memory_order_relaxed)) {
-    out = b->awaiting_yields.load(std::memory_order_relaxed) ? process_state::blocked
-                                                             : process_state::idle;
+  } else if (b->parked.load(std::memory_order_relaxed) == 1) {
+    out = process_state::idle;
   }
   pid_release(value);
   return out;
@@ -418,10 +542,17 @@ task<void> monitor_value(std::uint64_t value) {
     ~release_guard() { pid_release(v); }
   } guard{value};
   if (seen == 1) {
-    event* e = b->monitors.load(std::memory_order_acquire);
+    process_extras* x = b->extras.load(std::memory_order_acquire);
+    if (x == nullptr) {
+      auto fresh = std::make_unique<process_extras>();
+      if (b->extras.compare_exchange_strong(x, fresh.get(), std::memory_order_seq_cst)) {
+        x = fresh.release();
+      }
+    }
+    event* e = x->monitors.load(std::memory_order_acquire);
     if (e == nullptr) {
       auto fresh = std::make_unique<event>();
-      if (b->monitors.compare_exchange_strong(e, fresh.get(), std::memory_order_seq_cst)) {
+      if (x->monitors.compare_exchange_strong(e, fresh.get(), std::memory_order_seq_cst)) {
         e = fresh.release();
       }
     }
@@ -440,7 +571,7 @@ void shutdown_processes(scheduler& sched) noexcept {
   reg.closing.store(true, std::memory_order_seq_cst);
   if (reg.alive() == 0) return;
   for_each_live([&](process_base* b) {
-    if (b->sched == &sched) cancel_process(b);
+    if (b->task->sched == &sched) cancel_process(b);
   });
   auto const deadline = std::chrono::steady_clock::now() + sched.config().process_shutdown_timeout;
   while (reg.alive() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -449,37 +580,32 @@ void shutdown_processes(scheduler& sched) noexcept {
 }
 
 void collect_process_stats(scheduler const& sched, runtime_stats& out) noexcept {
+  // Counters only (each thread's shard, summed): no scan of the pid table.
   process_registry const& reg = sched.processes();
+  std::int64_t alive = 0;
+  std::int64_t idle = 0;
+  std::int64_t blocked = 0;
+  std::int64_t sent = 0;
+  std::int64_t received = 0;
   for (auto const& s : reg.shards) {
     out.processes_completed += s.finished.load(std::memory_order_relaxed);
-    out.messages_received += s.finished_received.load(std::memory_order_relaxed);
-    out.messages_sent += s.finished_sent.load(std::memory_order_relaxed);
+    alive += s.alive.load(std::memory_order_relaxed);
+    idle += s.idle.load(std::memory_order_relaxed);
+    blocked += s.blocked.load(std::memory_order_relaxed);
+    sent += s.sent.load(std::memory_order_relaxed);
+    received += s.received.load(std::memory_order_relaxed);
   }
-  if (reg.alive() <= 0) return;
-  for_each_live([&](process_base* b) {
-    if (b->sched != &sched) return;
-    std::uint64_t const got = b->received.load(std::memory_order_relaxed);
-    std::uint32_t const counted = b->word.load(std::memory_order_acquire) >> 1;
-    std::uint32_t const taken = b->taken.load(std::memory_order_relaxed);
-    out.messages_received += got;
-    out.messages_sent += got + (counted >= taken ? counted - taken : 0);
-    switch (pid_state(b->pid_value)) {
-      case process_state::ready:
-        ++out.processes_ready;
-        break;
-      case process_state::running:
-        ++out.processes_running;
-        break;
-      case process_state::idle:
-        ++out.processes_idle;
-        break;
-      case process_state::blocked:
-        ++out.processes_blocked;
-        break;
-      case process_state::complete:
-        break;
-    }
-  });
+  auto clamp = [](std::int64_t v) { return static_cast<std::uint64_t>(v < 0 ? 0 : v); };
+  out.messages_sent += clamp(sent);
+  out.messages_received += clamp(received);
+  // Shards are read one after another while processes move: keep the
+  // parts within the whole.
+  std::uint64_t const all = clamp(alive);
+  std::uint64_t const idle_n = std::min(clamp(idle), all);
+  std::uint64_t const blocked_n = std::min(clamp(blocked), all - idle_n);
+  out.processes_idle += idle_n;
+  out.processes_blocked += blocked_n;
+  out.processes_running += all - idle_n - blocked_n;
 }
 
 }  // namespace spindle::detail

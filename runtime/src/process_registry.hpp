@@ -22,11 +22,16 @@ class scheduler;
 /// id), so that spawning and finishing processes on several workers do not
 /// fight over one cache line; readers sum them.
 struct process_registry {
+  /// Each counter is added to by the thread that sees the event, so one
+  /// shard's value may be negative; only the sum over the shards means
+  /// something.
   struct alignas(64) shard {
-    std::atomic<std::int64_t> alive{0};               ///< issued minus finished (may go negative)
-    std::atomic<std::uint64_t> finished{0};           ///< bodies ended (or destroyed)
-    std::atomic<std::uint64_t> finished_received{0};  ///< received by finished processes
-    std::atomic<std::uint64_t> finished_sent{0};      ///< counted into them
+    std::atomic<std::int64_t> alive{0};      ///< issued minus finished
+    std::atomic<std::uint64_t> finished{0};  ///< bodies ended (or destroyed)
+    std::atomic<std::int64_t> sent{0};       ///< messages counted into mailboxes
+    std::atomic<std::int64_t> received{0};   ///< messages taken by receive / receive_for
+    std::atomic<std::int64_t> idle{0};       ///< parked in receive (parks minus unparks)
+    std::atomic<std::int64_t> blocked{0};    ///< step processes parked waiting for commands
   };
   static constexpr std::size_t shard_count = 16;
 
@@ -49,7 +54,8 @@ struct process_registry {
 /// runtime_config::process_shutdown_timeout for their bodies to end.
 void shutdown_processes(scheduler& sched) noexcept;
 
-/// Adds the process counters of `sched` to `out` (scans the pid table).
+/// Adds the process counters of `sched` to `out` (sums the shards: O(1)
+/// in the number of processes).
 void collect_process_stats(scheduler const& sched, runtime_stats& out) noexcept;
 
 }  // namespace spindle::detail

@@ -118,83 +118,116 @@ class pid {
 
 namespace detail {
 
-/// The untyped part of a process: the mailbox word, the task, the monitors.
-struct process_base {
-  process_base() = default;
+/// A link of a mailbox queue (the stub has nothing else).
+struct mailbox_link {
+  std::atomic<mailbox_link*> next{nullptr};
+};
+
+/// A message in a mailbox: a link and how to free it (its type is not known
+/// where leftover messages are freed).
+struct mailbox_message : mailbox_link {
+  /// Frees the node; destroys its value first when `with_value`.
+  void (*release)(mailbox_message* self, bool with_value) noexcept = nullptr;
+};
+
+/// One message of type Msg (a node that was popped keeps no value).
+template <class Msg>
+struct mailbox_node final : mailbox_message {
+  union {
+    Msg value;
+  };
+  template <class... A>
+  explicit mailbox_node(std::in_place_t, A&&... a) : value(std::forward<A>(a)...) {
+    release = &release_node;
+  }
+  ~mailbox_node() {}
+  static void release_node(mailbox_message* m, bool with_value) noexcept {
+    auto* n = static_cast<mailbox_node*>(m);
+    if (with_value) n->value.~Msg();
+    delete n;
+  }
+};
+
+/// What a process needs only sometimes, allocated when it does: the body
+/// callable when it has state (a lambda with captures), a bounded
+/// mailbox's semaphore, the monitors' event.
+struct process_extras {
+  process_extras() = default;
+  process_extras(process_extras const&) = delete;
+  process_extras& operator=(process_extras const&) = delete;
+  virtual ~process_extras();
+  /// Set when the body ended; made by the first monitor.
+  std::atomic<event*> monitors{nullptr};
+  std::unique_ptr<semaphore> room;  ///< bounded mailboxes: permits = free places
+};
+
+/// process_extras holding the body callable F.
+template <class F>
+struct process_extras_with final : process_extras {
+  template <class G>
+  explicit process_extras_with(G&& g) : body(std::forward<G>(g)) {}
+  F body;
+};
+
+/// The untyped part of a process, 72 bytes, constructed inside its pid
+/// table slot (no allocation of its own): the task, the mailbox (Vyukov's
+/// queue with its stub, and the word), the flags. It is the join waiter of
+/// the body's task, which is the process's task itself (no wrapper frame):
+/// its completion ends the process.
+struct process_base : join_waiter {
+  process_base() noexcept = default;
   process_base(process_base const&) = delete;
   process_base& operator=(process_base const&) = delete;
-  virtual ~process_base() { delete monitors.load(std::memory_order_relaxed); }
 
+  task_header* task = nullptr;  ///< the body's task (its header kept by the join interest)
+  mailbox_link* head = &stub;   ///< receiver: dummy node
+  std::atomic<mailbox_link*> tail{&stub};  ///< senders exchange
+  mailbox_link stub;                       ///< the first dummy
   /// count << 1 | running. 0: parked in receive with every counted message
   /// taken. Senders add 2 after linking; the receiver parks by CAS to 0.
   std::atomic<std::uint32_t> word{1};
-  std::atomic<bool> cancelled{false};        ///< shutdown: receive throws task_cancelled
-  std::atomic<bool> in_receive{false};       ///< for state_of: suspended in receive
+  /// Counted messages taken since the last park (the receiver's; atomic
+  /// for the shutdown's reader).
+  std::atomic<std::uint32_t> taken{0};
+  std::uint32_t index = 0;             ///< the pid table slot (pid's low half)
+  std::atomic<bool> cancelled{false};  ///< shutdown: receive throws task_cancelled
+  std::atomic<std::uint8_t> parked{
+      0};  ///< for state_of: 0 no, 1 idle, 2 blocked (parked in receive)
   std::atomic<bool> awaiting_yields{false};  ///< step processes: blocked on commands
-  // The receiver's side (its own thread only, atomics for stats readers).
-  std::atomic<std::uint32_t> taken{0};     ///< counted messages taken since the last park
-  std::uint32_t avail = 0;                 ///< counted and not taken yet
-  std::atomic<std::uint64_t> received{0};  ///< messages received in all
-  task_header* task = nullptr;             ///< the process's task (header kept alive by `handle`)
-  scheduler* sched = nullptr;
-  std::uint64_t pid_value = 0;
-  join_handle<void> handle;           ///< keeps the task header while senders may wake it
-  std::atomic<bool> finished{false};  ///< the body ended (set before `monitors` is read)
-  /// Set when the body ended; made by the first monitor (most processes
-  /// are never monitored: 8 bytes instead of an event each).
-  std::atomic<event*> monitors{nullptr};
-  std::unique_ptr<semaphore> room;  ///< bounded mailboxes: permits = free places
+  std::atomic<bool> finished{false};         ///< the body ended (set before `monitors` is read)
+  /// Messages received while the body runs; once it ended, the bytes of
+  /// the std::exception_ptr that ended it (process.cpp).
+  union {
+    std::uint64_t received = 0;
+    alignas(std::exception_ptr) unsigned char error_bytes[sizeof(std::exception_ptr)];
+  };
+  std::atomic<process_extras*> extras{nullptr};  ///< see process_extras
 
-  /// Reads the word: counted messages not taken yet, or -1 when cancelled.
-  void refresh(std::uint32_t w) noexcept {
-    avail = (w >> 1) - taken.load(std::memory_order_relaxed);
+  /// Counted messages not taken yet (or +1 when cancelled), receiver only.
+  [[nodiscard]] std::uint32_t available() const noexcept {
+    return (word.load(std::memory_order_acquire) >> 1) - taken.load(std::memory_order_relaxed);
   }
   /// Takes one counted message off the count (after popping it).
   void took() noexcept;
   /// Receiver: parks (CAS to 0) when every counted message is taken.
-  /// Returns false (and refreshes avail) when more arrived.
+  /// Returns false when more arrived.
   bool try_park() noexcept;
   /// Receiver, after a park's wake: sets the running bit unless
-  /// `bit_already_set` (a timer that fired set it), refreshes avail.
+  /// `bit_already_set` (a timer that fired set it).
   void unpark(bool bit_already_set) noexcept;
   /// Sender, after linking a message: counts it, wakes a parked receiver.
   void count_and_wake() noexcept;
+  /// Frees the messages left in the queue (nobody pushes any more).
+  void drain() noexcept;
 };
 
 /// A CPU pause / a sched_yield (process.cpp).
 void spin_pause() noexcept;
 void yield_thread() noexcept;
 
-/// One message in the queue (the dummy node has no value).
+/// The typed view of a process (no data of its own): push and pop.
 template <class Msg>
-struct mailbox_node {
-  std::atomic<mailbox_node*> next{nullptr};
-  union {
-    Msg value;
-  };
-  mailbox_node() noexcept {}
-  template <class... A>
-  explicit mailbox_node(std::in_place_t, A&&... a) : value(std::forward<A>(a)...) {}
-  ~mailbox_node() {}
-};
-
-/// A process block with its Vyukov MPSC queue (head: the receiver's dummy).
-template <class Msg>
-struct process_block final : process_base {
-  mailbox_node<Msg>* head;               ///< receiver: dummy node
-  std::atomic<mailbox_node<Msg>*> tail;  ///< senders exchange
-  mailbox_node<Msg> stub;                ///< the first dummy, in the block
-
-  process_block() : head(&stub), tail(&stub) {}
-  ~process_block() override {
-    // The last reference went: nobody is pushing. Destroy what is left.
-    while (mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire)) {
-      next->value.~Msg();
-      if (head != &stub) delete head;
-      head = next;
-    }
-    if (head != &stub) delete head;
-  }
+struct process_block : process_base {
   /// Any thread: links `msg` (wait-free), then counts it. The three steps
   /// are separate so that the deterministic simulation (test_process) can
   /// interleave them.
@@ -204,11 +237,11 @@ struct process_block final : process_base {
     count_and_wake();
   }
   /// Step 1 of push: takes the tail; returns the node to link after.
-  mailbox_node<Msg>* push_exchange(mailbox_node<Msg>* n) noexcept {
+  mailbox_link* push_exchange(mailbox_link* n) noexcept {
     return tail.exchange(n, std::memory_order_acq_rel);
   }
   /// Step 2 of push: makes `n` reachable (step 3 is count_and_wake).
-  static void push_link(mailbox_node<Msg>* prev, mailbox_node<Msg>* n) noexcept {
+  static void push_link(mailbox_link* prev, mailbox_link* n) noexcept {
     prev->next.store(n, std::memory_order_release);
   }
   /// Receiver: whether pop() would return at once (the oldest counted
@@ -216,9 +249,9 @@ struct process_block final : process_base {
   [[nodiscard]] bool head_linked() const noexcept {
     return head->next.load(std::memory_order_acquire) != nullptr;
   }
-  [[gnu::noinline]] mailbox_node<Msg>* wait_for_link() noexcept {
+  [[gnu::noinline]] mailbox_link* wait_for_link() noexcept {
     for (unsigned i = 0;; ++i) {
-      if (mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire)) return next;
+      if (mailbox_link* next = head->next.load(std::memory_order_acquire)) return next;
       if (i < 64) {
         detail::spin_pause();
       } else {
@@ -226,30 +259,42 @@ struct process_block final : process_base {
       }
     }
   }
-  /// Receiver, with avail > 0: the oldest counted message.
+  /// Receiver, with available() > 0: the oldest counted message.
   Msg pop() {
-    mailbox_node<Msg>* next = head->next.load(std::memory_order_acquire);
+    mailbox_link* link = head->next.load(std::memory_order_acquire);
     // Counted implies linked, but not in order: a sender that exchanged the
     // tail before this message's sender may not have linked its node yet
     // (Vyukov's window: two instructions, long only if that thread was
     // preempted between them). Wait for it.
-    if (next == nullptr) next = wait_for_link();
+    if (link == nullptr) link = wait_for_link();
+    auto* next = static_cast<mailbox_node<Msg>*>(link);
     Msg out(std::move(next->value));
     next->value.~Msg();
-    if (head != &stub) delete head;
+    if (head != &stub) delete static_cast<mailbox_node<Msg>*>(head);
     head = next;
     took();
-    if (room) room->release(1);
+    if (process_extras* e = extras.load(std::memory_order_relaxed); e != nullptr && e->room)
+      e->room->release(1);
     return out;
   }
 };
 
 // The pid table (process.cpp).
-/// Issues a pid for `block` on `sched` (one reference held for the caller).
-[[nodiscard]] std::uint64_t pid_issue(process_base* block, scheduler* sched);
+/// Reserves a pid table slot for a new process: returns its storage
+/// (sizeof(process_base) bytes, where the caller constructs the process)
+/// and sets `value` to its pid. Nothing can reach it until pid_publish.
+/// Throws std::system_error(resource_unavailable_try_again) past 2^28
+/// slots, std::bad_alloc.
+[[nodiscard]] void* pid_reserve(std::uint64_t& value);
+/// Gives back a reserved slot that was never published (spawn failed).
+void pid_unreserve(std::uint64_t value) noexcept;
+/// Makes the process constructed in the reserved slot `value` live on
+/// `sched`, with two references: the process's own (dropped when its body
+/// ends) and the caller's.
+void pid_publish(std::uint64_t value, process_base* block, scheduler* sched) noexcept;
 /// A reference to the live process `value` names, or nullptr.
 [[nodiscard]] process_base* pid_acquire(std::uint64_t value) noexcept;
-/// Gives back a reference taken by pid_issue, pid_acquire or pid_observe.
+/// Gives back a reference taken by pid_publish, pid_acquire or pid_observe.
 void pid_release(std::uint64_t value) noexcept;
 /// For monitor: 0 unknown (nothing held), 1 live (block set, reference
 /// held), 2 complete with the outcome kept (reference held).
@@ -257,9 +302,12 @@ void pid_release(std::uint64_t value) noexcept;
 /// The exception that ended the body (with a reference from pid_observe,
 /// once complete).
 [[nodiscard]] std::exception_ptr pid_outcome(std::uint64_t value) noexcept;
-/// Marks the process complete with `error` (null: returned normally), sets
-/// `done`, drops the process's own hold on the block.
-void pid_finish(process_base* block, std::exception_ptr error) noexcept;
+/// The pid of a live process (its own: self()).
+[[nodiscard]] std::uint64_t pid_value_of(process_base const* block) noexcept;
+/// The join waiter's notify: the body's task completed (returned, threw,
+/// or its frame was destroyed); marks the process complete with its
+/// outcome and drops the process's own reference.
+void process_task_done(join_waiter* self) noexcept;
 [[nodiscard]] process_state pid_state(std::uint64_t value) noexcept;
 /// The receiver's cancel hook while parked in receive.
 bool receive_cancel_hook(void* block) noexcept;
@@ -282,31 +330,19 @@ struct timed_receive_base {
   }
 };
 
-template <class Msg, class F>
-task<void> process_main(process_context<Msg> ctx, F body);
-
 }  // namespace detail
 
 /// What a process body gets: its pid and its mailbox. Used by the process
-/// only (not thread-safe); lives as long as the body.
+/// only (not thread-safe); lives as long as the body. It is the process's
+/// block itself, inside its pid table slot: neither copyable nor movable.
 template <class Msg>
-class process_context {
+class process_context : private detail::process_block<Msg> {
  public:
-  /// Takes over `other`'s process (the body's coroutine moves its context
-  /// into its frame); `other` is left empty.
-  process_context(process_context&& other) noexcept
-      : block_(std::exchange(other.block_, nullptr)), finished_(other.finished_) {}
   process_context(process_context const&) = delete;
   process_context& operator=(process_context const&) = delete;
-  process_context& operator=(process_context&&) = delete;
-  ~process_context() {
-    // Destroyed before the body ended (shutdown, or spawn refused).
-    if (block_ != nullptr && !finished_)
-      detail::pid_finish(block_, std::make_exception_ptr(task_cancelled{}));
-  }
 
   /// This process's pid.
-  [[nodiscard]] pid<Msg> self() const noexcept { return pid<Msg>{block_->pid_value}; }
+  [[nodiscard]] pid<Msg> self() const noexcept { return pid<Msg>{detail::pid_value_of(this)}; }
 
   class receive_awaiter;
   class receive_for_awaiter;
@@ -321,27 +357,18 @@ class process_context {
     return receive_for_awaiter{block(), d};
   }
   /// The process's block (spindle's own use: step processes).
-  [[nodiscard]] detail::process_base* detail_block() const noexcept { return block_; }
+  [[nodiscard]] detail::process_base* detail_block() noexcept { return block(); }
   /// Messages taken so far by this process.
   [[nodiscard]] std::uint64_t received() const noexcept {
-    return block_->received.load(std::memory_order_relaxed);
+    return this->detail::process_base::received;
   }
 
  private:
   template <class M, class F>
   friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts);
-  template <class M, class F>
-  friend task<void> detail::process_main(process_context<M> ctx, F body);
 
-  explicit process_context(detail::process_block<Msg>* b) noexcept : block_(b) {}
-  [[nodiscard]] detail::process_block<Msg>* block() const noexcept { return block_; }
-  void finish(std::exception_ptr e) noexcept {
-    finished_ = true;
-    detail::pid_finish(block_, std::move(e));
-  }
-
-  detail::process_block<Msg>* block_;
-  bool finished_ = false;
+  process_context() noexcept = default;
+  [[nodiscard]] detail::process_block<Msg>* block() noexcept { return this; }
 };
 
 /// Awaiter of process_context::receive().
@@ -351,10 +378,7 @@ class process_context<Msg>::receive_awaiter {
   /// Awaits the mailbox of process block `b` (made by receive()).
   explicit receive_awaiter(detail::process_block<Msg>* b) noexcept : b_(b) {}
   /// True when a message is there already (or the runtime shuts down).
-  bool await_ready() noexcept {
-    if (b_->avail == 0) b_->refresh(b_->word.load(std::memory_order_acquire));
-    return b_->avail != 0 || b_->cancelled.load(std::memory_order_acquire);
-  }
+  bool await_ready() noexcept { return b_->available() != 0; }
   /// Parks the process (Idle) unless a message arrived meanwhile; false
   /// then, and the process goes on at once.
   bool await_suspend(std::coroutine_handle<> caller) noexcept {
@@ -364,19 +388,19 @@ class process_context<Msg>::receive_awaiter {
       detail::set_cancel_hook(self, nullptr, nullptr);
       return false;
     }
-    parked_ = true;
     return true;
   }
   /// The next message. Throws spindle::task_cancelled at runtime shutdown.
   Msg await_resume() {
-    if (parked_) b_->unpark(false);
+    // `parked` is set only between a park and its unpark: one byte of the
+    // block instead of a flag in the awaiter (the body's frame is smaller).
+    if (b_->parked.load(std::memory_order_relaxed) != 0) b_->unpark(false);
     if (b_->cancelled.load(std::memory_order_acquire)) throw task_cancelled{};
     return b_->pop();
   }
 
  private:
   detail::process_block<Msg>* b_;
-  bool parked_ = false;
 };
 
 /// Awaiter of process_context::receive_for().
@@ -391,10 +415,7 @@ class process_context<Msg>::receive_for_awaiter : detail::timed_receive_base {
   }
   /// True when a message is there already, the runtime shuts down, or the
   /// duration is not positive.
-  bool await_ready() noexcept {
-    if (b_->avail == 0) b_->refresh(b_->word.load(std::memory_order_acquire));
-    return b_->avail != 0 || b_->cancelled.load(std::memory_order_acquire) || d_ <= d_.zero();
-  }
+  bool await_ready() noexcept { return b_->available() != 0 || d_ <= d_.zero(); }
   /// Parks the process with a timer for the deadline; false when a message
   /// arrived meanwhile.
   bool await_suspend(std::coroutine_handle<> caller) {
@@ -408,7 +429,7 @@ class process_context<Msg>::receive_for_awaiter : detail::timed_receive_base {
   std::optional<Msg> await_resume() {
     resume();
     if (b_->cancelled.load(std::memory_order_acquire)) throw task_cancelled{};
-    if (b_->avail == 0) return std::nullopt;
+    if (b_->available() == 0) return std::nullopt;
     return std::optional<Msg>(b_->pop());
   }
 
@@ -417,45 +438,60 @@ class process_context<Msg>::receive_for_awaiter : detail::timed_receive_base {
   std::chrono::nanoseconds d_;
 };
 
-namespace detail {
-
-template <class Msg, class F>
-SPINDLE_COROUTINE_TEMPLATE task<void> process_main(process_context<Msg> ctx, F body) {
-  std::exception_ptr error;
-  try {
-    co_await std::invoke(body, ctx);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  ctx.finish(std::move(error));
-}
-
-}  // namespace detail
-
 /// Spawns a process on `sched` (spawn_process and runtime::spawn_process).
+/// The process is the body's own task (its header and frame: one block)
+/// plus its pid table slot; a body callable with state and a bounded
+/// mailbox add one small allocation (process_extras).
 template <class Msg, class F>
 pid<Msg> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts) {
   static_assert(std::is_move_constructible_v<Msg>, "spindle: process messages must be movable");
-  static_assert(std::is_invocable_r_v<task<void>, std::decay_t<F>&, process_context<Msg>&>,
+  using body_t = std::decay_t<F>;
+  static_assert(std::is_invocable_r_v<task<void>, body_t&, process_context<Msg>&>,
                 "spindle::spawn_process: the body must be callable as "
                 "body(process_context<Msg>&) returning task<void>");
-  auto owned = std::make_unique<detail::process_block<Msg>>();
-  auto* b = owned.get();
-  if (opts.mailbox_capacity != 0) b->room = std::make_unique<semaphore>(opts.mailbox_capacity);
-  task<void> t =
-      detail::process_main<Msg>(process_context<Msg>(b), std::decay_t<F>(std::forward<F>(body)));
-  auto frame = t.release();
-  b->task = detail::task_header::of_frame(frame.address());
+  static_assert(sizeof(process_context<Msg>) == sizeof(detail::process_base));
   std::uint64_t v = 0;
+  void* storage = detail::pid_reserve(v);
+  auto* ctx = ::new (storage) process_context<Msg>();
+  detail::process_base* b = ctx;
+  b->index = static_cast<std::uint32_t>(v);
+  std::unique_ptr<detail::process_extras> extras;
+  std::coroutine_handle<detail::promise<void>> frame;
   try {
-    // From here the pid table owns the block; we hold one reference on it.
-    v = detail::pid_issue(b, sched);
+    task<void> t;
+    if constexpr (std::is_empty_v<body_t> && std::is_trivially_destructible_v<body_t>) {
+      // No state: nothing to keep (a coroutine lambda's frame keeps `this`
+      // but has no capture to read through it).
+      body_t f(std::forward<F>(body));
+      t = std::invoke(f, *ctx);
+    } else {
+      auto holder = std::make_unique<detail::process_extras_with<body_t>>(std::forward<F>(body));
+      t = std::invoke(holder->body, *ctx);
+      extras = std::move(holder);
+    }
+    if (!t.valid()) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              "spindle::spawn_process: the body returned an empty task");
+    }
+    if (opts.mailbox_capacity != 0) {
+      if (!extras) extras = std::make_unique<detail::process_extras>();
+      extras->room = std::make_unique<semaphore>(opts.mailbox_capacity);
+    }
+    frame = t.release();
   } catch (...) {
-    frame.destroy();
+    if (frame) frame.destroy();
+    detail::pid_unreserve(v);
     throw;
   }
-  (void)owned.release();
-  b->handle = join_handle<void>{detail::spawn_root(sched, frame, &frame.promise())};
+  b->task = detail::task_header::of_frame(frame.address());
+  b->extras.store(extras.release(), std::memory_order_relaxed);
+  b->notify = &detail::process_task_done;
+  // From here the pid table owns the process; we hold one reference on it.
+  detail::pid_publish(v, b, sched);
+  detail::task_header* h = detail::spawn_root(sched, frame, &frame.promise());
+  // The join interest keeps the header (and so the frame's block) until the
+  // slot is freed; its waiter is the process's end.
+  if (!detail::join_register(h, b)) detail::process_task_done(b);
   detail::pid_release(v);
   return pid<Msg>{v};
 }
@@ -495,7 +531,8 @@ bool send(pid<Msg> const& to, std::type_identity_t<Msg> msg) {
   if (base == nullptr) return false;
   auto* b = static_cast<detail::process_block<Msg>*>(base);
   bool ok = true;
-  if (b->room && !b->room->try_acquire(1)) {
+  detail::process_extras* e = b->extras.load(std::memory_order_relaxed);
+  if (e != nullptr && e->room && !e->room->try_acquire(1)) {
     ok = false;
   } else {
     try {
@@ -520,7 +557,8 @@ SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, std::type_identity
     ~release_guard() { detail::pid_release(v); }
   } guard{to.value()};
   auto* b = static_cast<detail::process_block<Msg>*>(base);
-  if (b->room) co_await b->room->acquire(1);
+  detail::process_extras* e = b->extras.load(std::memory_order_relaxed);
+  if (e != nullptr && e->room) co_await e->room->acquire(1);
   if (b->finished.load(std::memory_order_acquire)) co_return false;
   b->push(std::move(msg));
   co_return true;
