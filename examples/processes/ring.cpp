@@ -2,12 +2,14 @@
 // in a ring pass one token HOPS times; prints ns per hop.
 //
 //   spindle-ring [-j WORKERS] [N] [HOPS]     (defaults: 2 workers, 10000, 1000000)
+//
+// Exit status: 0, or 2 for a usage error (CLI11's message on stderr).
+#include <CLI/CLI.hpp>
 #include <spindle/spindle.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <vector>
 
 namespace {
@@ -34,23 +36,28 @@ spindle::task<void> member(spindle::process_context<long>& ctx, ring* r, std::si
 
 int main(int argc, char** argv) {
   std::size_t workers = 2;
-  std::vector<long> nums;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    if (a == "-j" && i + 1 < argc) {
-      workers = std::strtoul(argv[++i], nullptr, 10);
-    } else {
-      char* end = nullptr;
-      long v = std::strtol(argv[i], &end, 10);
-      if (end == argv[i] || *end != '\0' || v <= 0) {
-        std::fprintf(stderr, "usage: spindle-ring [-j WORKERS] [N] [HOPS]\n");
-        return 2;
-      }
-      nums.push_back(v);
-    }
+  std::size_t n = 10000;
+  long hops = 1'000'000;
+  CLI::App app{"spindle-ring: N processes in a ring pass one token HOPS times; prints ns per hop",
+               "spindle-ring"};
+  app.set_help_flag("-h,--help", "Print this help and exit");
+  app.add_option("-j,--workers", workers, "Worker threads (default 2)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+  app.add_option("N", n, "Processes in the ring (default 10000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}));
+  app.add_option("HOPS", hops, "Hops of the token (default 1000000)")
+      ->check(CLI::Range(1L, 1'000'000'000'000L));
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::CallForHelp const& e) {
+    return app.exit(e);
+  } catch (CLI::ParseError const& e) {
+    std::fprintf(stderr,
+                 "spindle-ring: %s\nusage: spindle-ring [-j WORKERS] [N] [HOPS]\n"
+                 "Try 'spindle-ring --help' for more information.\n",
+                 e.what());
+    return 2;
   }
-  std::size_t const n = nums.size() > 0 ? static_cast<std::size_t>(nums[0]) : 10000;
-  long const hops = nums.size() > 1 ? nums[1] : 1'000'000;
   spindle::runtime rt{{.workers = workers}};
   ring r;
   for (std::size_t i = 0; i < n; ++i) {

@@ -21,6 +21,7 @@
 //
 // Exit status: 0, or 1 when a path could not be read (reported on stderr,
 // the rest is still counted), 2 for a usage error.
+#include <CLI/CLI.hpp>
 #include <spindle/spindle.hpp>
 
 #include <algorithm>
@@ -173,19 +174,10 @@ spindle::task<void> run(std::vector<std::string> files, std::size_t readers, std
   co_await spindle::monitor(st->merger);
 }
 
-bool parse_count(char const* s, std::size_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long v = std::strtoul(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v == 0 || v > 4096) return false;
-  out = v;
-  return true;
-}
-
 int usage(char const* why) {
   std::fprintf(stderr,
                "spindle-wordfreq: %s\nusage: spindle-wordfreq [-j WORKERS] [-r READERS] "
-               "[-s SHARDS] PATH...\n",
+               "[-s SHARDS] PATH...\nTry 'spindle-wordfreq --help' for more information.\n",
                why);
   return 2;
 }
@@ -197,26 +189,23 @@ int main(int argc, char** argv) {
   std::size_t readers = 4;
   std::size_t shards = 8;
   std::vector<std::string> paths;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    std::size_t* target = a == "-j"   ? &workers
-                          : a == "-r" ? &readers
-                          : a == "-s" ? &shards
-                                      : nullptr;
-    if (target != nullptr) {
-      if (i + 1 >= argc || !parse_count(argv[i + 1], *target))
-        return usage(("option " + a + " needs a number from 1 to 4096").c_str());
-      ++i;
-    } else if (a == "-h" || a == "--help") {
-      std::printf("usage: spindle-wordfreq [-j WORKERS] [-r READERS] [-s SHARDS] PATH...\n");
-      return 0;
-    } else if (!a.empty() && a[0] == '-' && a != "-") {
-      return usage(("unknown option " + a).c_str());
-    } else {
-      paths.push_back(a);
-    }
+  CLI::App app{
+      "spindle-wordfreq: word frequencies of the files below PATHs (uniq -c format), "
+      "counted by reader, counter and merger processes",
+      "spindle-wordfreq"};
+  app.set_help_flag("-h,--help", "Print this help and exit");
+  auto const count = CLI::Range(std::size_t{1}, std::size_t{4096});
+  app.add_option("-j,--workers", workers, "Worker threads (default: all CPUs)")->check(count);
+  app.add_option("-r,--readers", readers, "Reader processes (default 4)")->check(count);
+  app.add_option("-s,--shards", shards, "Counter processes (default 8)")->check(count);
+  app.add_option("PATH", paths, "Files and directories")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::CallForHelp const& e) {
+    return app.exit(e);
+  } catch (CLI::ParseError const& e) {
+    return usage(e.what());
   }
-  if (paths.empty()) return usage("no PATH given");
   bool failed = false;
   std::vector<std::string> files;
   for (auto const& p : paths)
