@@ -799,3 +799,94 @@ TEST(Process, MessagesConvertToThePidsType) {
   rt.block_on(spindle::monitor(p));
   EXPECT_EQ(out, "abcd");
 }
+
+namespace {
+
+// Waits (bounded) until `done()`; false after 60 s (a hang is a failure,
+// not a timing assertion: nothing here depends on how fast it happens).
+template <class F>
+bool eventually(F done) {
+  auto const limit = std::chrono::steady_clock::now() + 60s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+task<void> take_one(process_context<int>& ctx) {
+  (void)co_await ctx.receive();
+}
+
+}  // namespace
+
+TEST(Process, StatsComeFromCountersIdleReceivedAndLeftOver) {
+  std::atomic<int> cancelled{0};  // outlives the runtime, whose shutdown cancels them
+  spindle::runtime rt{{.workers = 2}};
+  long const n = spindle_test::scaled(2000, 200);
+  std::vector<pid<int>> ps;
+  for (long i = 0; i < n; ++i) {
+    ps.push_back(rt.spawn_process<int>(
+        [&](process_context<int>& ctx) { return idle_forever(ctx, &cancelled); }));
+  }
+  for (auto const& p : ps)
+    ASSERT_TRUE(eventually([&] { return spindle::state_of(p) == process_state::idle; }));
+  auto st = rt.stats();
+  EXPECT_EQ(st.processes_idle, static_cast<std::uint64_t>(n));
+  EXPECT_EQ(st.processes_running + st.processes_ready + st.processes_blocked, 0u);
+  EXPECT_EQ(st.messages_received, 0u);
+  // One message each: taken, and every process parks again.
+  for (auto const& p : ps)
+    ASSERT_TRUE(spindle::send(p, 1));
+  ASSERT_TRUE(eventually([&] {
+    auto s = rt.stats();
+    return s.messages_received == static_cast<std::uint64_t>(n) &&
+           s.processes_idle == static_cast<std::uint64_t>(n);
+  }));
+  // A process that ends with two messages left: sent counts them, received
+  // does not.
+  pid<int> q = rt.spawn_process<int>([](process_context<int>& ctx) { return take_one(ctx); });
+  auto const before = rt.stats();
+  ASSERT_TRUE(spindle::send(q, 1));
+  (void)spindle::send(q, 2);  // may find it ended already
+  (void)spindle::send(q, 3);
+  rt.block_on(spindle::monitor(q));
+  ASSERT_TRUE(
+      eventually([&] { return rt.stats().processes_completed == before.processes_completed + 1; }));
+  auto const after = rt.stats();
+  EXPECT_EQ(after.messages_received, before.messages_received + 1);
+  EXPECT_GE(after.messages_sent, before.messages_sent + 1);
+  EXPECT_LE(after.messages_sent, before.messages_sent + 3);
+  EXPECT_EQ(after.processes_idle, static_cast<std::uint64_t>(n));
+}
+
+TEST(Process, ABodysStateIsDestroyedWhenTheProcessEnds) {
+  spindle::runtime rt{{.workers = 2}};
+  auto token = std::make_shared<int>(5);
+  std::atomic<int> seen{0};
+  pid<int> p = rt.spawn_process<int>([token, &seen](process_context<int>& ctx) -> task<void> {
+    int v = co_await ctx.receive();
+    seen.store(v + *token);  // the capture is read after a suspension
+  });
+  EXPECT_EQ(token.use_count(), 2);
+  ASSERT_TRUE(spindle::send(p, 1));
+  rt.block_on(spindle::monitor(p));
+  EXPECT_EQ(seen.load(), 6);
+  // The process's own hold goes just after the monitor wakes.
+  EXPECT_TRUE(eventually([&] { return token.use_count() == 1; }));
+}
+
+TEST(Process, ABodyReturningAnEmptyTaskIsRefused) {
+  spindle::runtime rt{{.workers = 2}};
+  try {
+    (void)rt.spawn_process<int>([](process_context<int>&) { return task<void>{}; });
+    ADD_FAILURE() << "no exception";
+  } catch (std::system_error const& e) {
+    EXPECT_EQ(e.code(), std::errc::invalid_argument);
+  }
+  // The slot went back: the next process works.
+  pid<int> p = rt.spawn_process<int>([](process_context<int>& ctx) { return take_one(ctx); });
+  ASSERT_TRUE(spindle::send(p, 1));
+  rt.block_on(spindle::monitor(p));
+  EXPECT_EQ(spindle::state_of(p), process_state::complete);
+}

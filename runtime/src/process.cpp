@@ -291,7 +291,9 @@ void process_base::unpark(bool bit_already_set) noexcept {
 }
 
 void process_base::count_and_wake() noexcept {
-  count(this, &process_registry::shard::sent, 1);
+  // Not counted in the stats here: a sender on another thread may still be
+  // here while the process's runtime is being destroyed. The receiver
+  // counts what it takes, its end what was left (process_task_done).
   if (word.fetch_add(2, std::memory_order_acq_rel) == 0) wake(task);
 }
 
@@ -492,6 +494,12 @@ void process_task_done(join_waiter* self) noexcept {
   process_registry::shard& mine = reg.mine();
   // A park the frame's destruction ended (shutdown) is no longer counted.
   park_withdrawn(block);
+  // Messages counted into the mailbox and never taken (the shutdown's
+  // cancel is counted like one, not a message).
+  std::uint32_t const counted = block->word.load(std::memory_order_acquire) >> 1;
+  std::uint32_t const pending = counted - block->taken.load(std::memory_order_relaxed);
+  bool const cancel_counted = block->cancelled.load(std::memory_order_relaxed) && pending > 0;
+  mine.unreceived.fetch_add(pending - (cancel_counted ? 1 : 0), std::memory_order_relaxed);
   std::uint64_t extra = 0;
   if (error) {
     // `received` is dead from here: its bytes keep the outcome.
@@ -592,11 +600,13 @@ void collect_process_stats(scheduler const& sched, runtime_stats& out) noexcept 
     alive += s.alive.load(std::memory_order_relaxed);
     idle += s.idle.load(std::memory_order_relaxed);
     blocked += s.blocked.load(std::memory_order_relaxed);
-    sent += s.sent.load(std::memory_order_relaxed);
     received += s.received.load(std::memory_order_relaxed);
+    sent += s.unreceived.load(std::memory_order_relaxed);
   }
   auto clamp = [](std::int64_t v) { return static_cast<std::uint64_t>(v < 0 ? 0 : v); };
-  out.messages_sent += clamp(sent);
+  // Sent: taken, or left in a mailbox whose process ended (a message still
+  // waiting in a live mailbox is counted once it is taken).
+  out.messages_sent += clamp(sent) + clamp(received);
   out.messages_received += clamp(received);
   // Shards are read one after another while processes move: keep the
   // parts within the whole.

@@ -26,12 +26,12 @@ struct process_registry {
   /// shard's value may be negative; only the sum over the shards means
   /// something.
   struct alignas(64) shard {
-    std::atomic<std::int64_t> alive{0};      ///< issued minus finished
-    std::atomic<std::uint64_t> finished{0};  ///< bodies ended (or destroyed)
-    std::atomic<std::int64_t> sent{0};       ///< messages counted into mailboxes
-    std::atomic<std::int64_t> received{0};   ///< messages taken by receive / receive_for
-    std::atomic<std::int64_t> idle{0};       ///< parked in receive (parks minus unparks)
-    std::atomic<std::int64_t> blocked{0};    ///< step processes parked waiting for commands
+    std::atomic<std::int64_t> alive{0};       ///< issued minus finished
+    std::atomic<std::uint64_t> finished{0};   ///< bodies ended (or destroyed)
+    std::atomic<std::int64_t> unreceived{0};  ///< left in mailboxes whose process ended
+    std::atomic<std::int64_t> received{0};    ///< messages taken by receive / receive_for
+    std::atomic<std::int64_t> idle{0};        ///< parked in receive (parks minus unparks)
+    std::atomic<std::int64_t> blocked{0};     ///< step processes parked waiting for commands
   };
   static constexpr std::size_t shard_count = 16;
 

@@ -52,14 +52,22 @@ struct runtime_stats {
   std::uint64_t blocking_queue_depth = 0;   ///< jobs queued that no thread has started
   std::uint64_t blocking_jobs = 0;          ///< jobs run to the end (returned or threw)
   // Processes (spindle/process.hpp): the first four are values now (alive
-  // processes per state, a snapshot taken slot by slot), the rest counts.
-  std::uint64_t processes_ready = 0;      ///< queued to run
-  std::uint64_t processes_running = 0;    ///< being polled
-  std::uint64_t processes_blocked = 0;    ///< suspended on something other than receive
+  // processes per state), the rest counts; all from counters the processes
+  // keep as they park, unpark, take messages and end (summed over shards,
+  // no scan of the pid table: stats() costs the same for 10 or 10^6
+  // processes). state_of(pid) gives one process's exact state.
+  std::uint64_t processes_ready = 0;  ///< queued to run: 0 (a woken process counts as idle until
+                                      ///< it runs, a queued one as running)
+  std::uint64_t processes_running =
+      0;  ///< alive and not parked in receive: being polled, queued,
+          ///< or suspended on something else (I/O, a sleep, a monitor)
+  std::uint64_t processes_blocked = 0;    ///< step processes parked until their commands complete
   std::uint64_t processes_idle = 0;       ///< parked in receive / receive_for
   std::uint64_t processes_completed = 0;  ///< bodies ended (returned, threw or destroyed)
-  std::uint64_t messages_sent = 0;        ///< messages put into mailboxes
-  std::uint64_t messages_received = 0;    ///< messages taken by receive / receive_for
+  std::uint64_t messages_sent = 0;  ///< messages put into mailboxes and since taken, or left in a
+                                    ///< mailbox when its process ended (a message waiting in a
+                                    ///< live mailbox counts once taken)
+  std::uint64_t messages_received = 0;  ///< messages taken by receive / receive_for
 };
 
 }  // namespace spindle
