@@ -166,9 +166,10 @@ BENCHMARK(process_skynet)->UseRealTime()->Unit(benchmark::kMillisecond);
 // ---------------------------------------------------------------------------
 // bytes per idle process: resident memory after spawning 100,000 processes
 // that park in receive, minus before, per process (the first iteration's
-// pages are new; later ones reuse freed heap, so the first counts) (block, task header and
-// frames, message stub; the pid table's 24-byte slots come in 96 KiB chunks,
-// counted when a chunk is new).
+// pages are new; later ones reuse freed heap, so the first counts): the
+// process's task (header and body frame, one pool block) and its 80-byte pid
+// table slot (slots come in 320 KiB chunks of 4096, counted when a chunk is
+// new).
 
 // Resident set size, bytes (/proc/self/statm; 0 if unreadable).
 std::uint64_t resident_bytes() {
