@@ -258,26 +258,32 @@ void park_withdrawn(process_base* b) noexcept {
 void process_base::took() noexcept {
   std::uint32_t t = taken.load(std::memory_order_relaxed) + 1;
   ++received;
-  count(this, &process_registry::shard::received, 1);
   if (t >= (1u << 20)) {
     // A receiver that never parks: settle the count so the word cannot
-    // overflow.
+    // overflow (and count what it took in the stats, as a park does).
     word.fetch_sub(t << 1, std::memory_order_acq_rel);
+    count(this, &process_registry::shard::received, t);
     t = 0;
   }
   taken.store(t, std::memory_order_relaxed);
 }
 
 bool process_base::try_park() noexcept {
-  std::uint32_t expected = (taken.load(std::memory_order_relaxed) << 1) | 1u;
+  std::uint32_t const expected_taken = taken.load(std::memory_order_relaxed);
+  std::uint32_t expected = (expected_taken << 1) | 1u;
   std::uint8_t const kind = awaiting_yields.load(std::memory_order_relaxed) ? 2 : 1;
   parked.store(kind, std::memory_order_relaxed);
   if (word.compare_exchange_strong(expected, 0, std::memory_order_acq_rel,
                                    std::memory_order_acquire)) {
     taken.store(0, std::memory_order_relaxed);
     // Still this task's poll: a wake meanwhile only marks it NOTIFIED, so
-    // the unpark's decrement cannot come before this.
-    count(this, parked_counter(kind), 1);
+    // the unpark's decrement cannot come before this. The messages taken
+    // since the last park go into the stats here (one add per park, not
+    // one per message).
+    if (process_registry::shard* sh = counters_of(this)) {
+      (sh->*parked_counter(kind)).fetch_add(1, std::memory_order_relaxed);
+      if (expected_taken != 0) sh->received.fetch_add(expected_taken, std::memory_order_relaxed);
+    }
     return true;
   }
   parked.store(0, std::memory_order_relaxed);
@@ -398,14 +404,8 @@ void* pid_reserve(std::uint64_t& value) {
   } else {
     index = next_index.fetch_add(1, std::memory_order_acq_rel);
     s = find(index);
-    if (s == nullptr) {
-      try {
-        s = grow(index);
-      } catch (...) {
-        // Not issued: the index is lost (only past 2^28 slots or without memory).
-        throw;
-      }
-    }
+    // Throws past 2^28 slots or without memory: the index is then lost.
+    if (s == nullptr) s = grow(index);
     s->word.store(static_cast<std::uint64_t>(gen) << 32 | st_free, std::memory_order_relaxed);
   }
   value = static_cast<std::uint64_t>(gen) << 32 | index;
@@ -500,6 +500,8 @@ void process_task_done(join_waiter* self) noexcept {
   std::uint32_t const pending = counted - block->taken.load(std::memory_order_relaxed);
   bool const cancel_counted = block->cancelled.load(std::memory_order_relaxed) && pending > 0;
   mine.unreceived.fetch_add(pending - (cancel_counted ? 1 : 0), std::memory_order_relaxed);
+  // Taken since the last park (a park counts what came before it).
+  mine.received.fetch_add(block->taken.load(std::memory_order_relaxed), std::memory_order_relaxed);
   std::uint64_t extra = 0;
   if (error) {
     // `received` is dead from here: its bytes keep the outcome.
