@@ -11,7 +11,7 @@
 # digits and punctuation between words, empty files, a symlink not to be
 # followed), on /usr/include with several reader/shard counts, then the
 # error cases: a missing path (exit 1, the rest counted), an unknown option
-# and a bad count (exit 2). With "sanitized" (an ASan or TSan build)
+# and a bad count (exit 2), and --help (exit 0; CLI11 parses the arguments). With "sanitized" (an ASan or TSan build)
 # /usr/include is compared once instead of twice. TAP output
 # (tests/scan/tap.sh).
 set -u
@@ -99,7 +99,14 @@ else
 fi
 "$WF" --bogus "$T" >/dev/null 2>"$WORK/err"
 rc=$?
-if [ $rc -eq 2 ] && grep -q "unknown option" "$WORK/err"; then ok "unknown option: exit 2"; else ko "unknown option: exit $rc"; fi
+if [ $rc -eq 2 ] && grep -q -- "--bogus" "$WORK/err" && grep -q "^usage:" "$WORK/err"; then
+  ok "unknown option: exit 2, named, with a usage line"
+else
+  ko "unknown option: exit $rc"
+fi
+"$WF" --help >"$WORK/out" 2>"$WORK/err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q -- "--readers" "$WORK/out"; then ok "--help: exit 0"; else ko "--help: exit $rc"; fi
 "$WF" -s 0 "$T" >/dev/null 2>"$WORK/err"
 rc=$?
 if [ $rc -eq 2 ]; then ok "bad shard count: exit 2"; else ko "bad shard count: exit $rc"; fi
