@@ -1450,7 +1450,7 @@ def write_markdown(path, rows, res, cfg, status, checks):
         out.append("| " + " | ".join(str(c).replace("|", "/") for c in r) + " |")
     out.append("")
     if checks:
-        out.append("## Targets (fiber issue)")
+        out.append("## Targets (the issues of the sections run: fiber, process, fold)")
         out.append("")
         for c in checks:
             out.append(f"- {c}")
