@@ -17,6 +17,10 @@ runtime_stats runtime::stats() const {
   return sched_->stats();
 }
 
+runtime_dump runtime::dump(std::chrono::milliseconds timeout) const {
+  return sched_->dump(timeout);
+}
+
 std::size_t runtime::worker_count() const noexcept {
   return sched_->worker_count();
 }

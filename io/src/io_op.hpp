@@ -50,6 +50,7 @@
 #include "driver.hpp"
 #include "intrusive_list.hpp"
 #include "spindle/detail/task_header.hpp"
+#include "trace.hpp"
 
 namespace spindle::io::detail {
 
@@ -74,6 +75,37 @@ enum class op_code : std::uint8_t {
   /// thread pool: its epoll reactor.
   poll,
 };
+
+/// The op's name in a trace file ("read", "accept", ...).
+[[nodiscard]] constexpr char const* op_name(op_code code) noexcept {
+  switch (code) {
+    case op_code::openat:
+      return "openat";
+    case op_code::statx:
+      return "statx";
+    case op_code::read:
+      return "read";
+    case op_code::write:
+      return "write";
+    case op_code::close:
+      return "close";
+    case op_code::accept:
+      return "accept";
+    case op_code::connect:
+      return "connect";
+    case op_code::recv:
+      return "recv";
+    case op_code::send:
+      return "send";
+    case op_code::recvmsg:
+      return "recvmsg";
+    case op_code::sendmsg:
+      return "sendmsg";
+    case op_code::poll:
+      return "poll";
+  }
+  return "op";
+}
 
 /// True for the ops that yield a new descriptor the waiting task owns (a
 /// driver that completes one for a task nobody resumes closes it).
@@ -178,7 +210,8 @@ struct op_awaiter {
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> caller) {
     spindle::detail::driver* drv = spindle::detail::current_driver();
-    spindle::detail::task_header* self = spindle::detail::suspend_current(caller);
+    spindle::detail::task_header* self =
+        spindle::detail::suspend_current(caller, spindle::wait_kind::io);
     if (drv == nullptr || self == nullptr) {
       throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                               "spindle::io: file I/O awaited outside a spindle task");
@@ -189,6 +222,9 @@ struct op_awaiter {
     // Before submit: once the driver has the op this awaiter must not touch
     // it, and the hook may run as soon as this poll returns.
     spindle::detail::set_cancel_hook(self, &op_awaiter::cancel_hook, &op);
+    if (spindle::detail::trace_active()) [[unlikely]] {
+      spindle::detail::trace_io(self, spindle::detail::trace_kind::io_submit, op_name(op.code), 0);
+    }
     if (drv->submit(op)) return true;  // `this` may be gone from here on
     // Completed at once: the task keeps running; this suspension never was.
     spindle::detail::set_cancel_hook(self, nullptr, nullptr);

@@ -263,6 +263,10 @@ void threadpool_driver::complete(io_op& op, int result) noexcept {
   op.cancel.store(cancel_state::done, std::memory_order_release);
   wakes_in_progress_.fetch_add(1, std::memory_order_seq_cst);
   if (!stopping_.load(std::memory_order_seq_cst)) {
+    if (spindle::detail::trace_active()) [[unlikely]] {
+      spindle::detail::trace_io(task, spindle::detail::trace_kind::io_complete, op_name(code),
+                                result);
+    }
     host_->wake(task);  // op may be freed from here on
   } else if (code == op_code::openat && result >= 0) {
     ::close(result);  // nobody will resume the task to take the descriptor

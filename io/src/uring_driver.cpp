@@ -551,6 +551,10 @@ void uring_driver::finish(worker_ring& w, io_op& op, int res) noexcept {
     std::lock_guard lock(w.remote_mutex);
     w.unlink_cancel(&op);
   }
+  if (spindle::detail::trace_active()) [[unlikely]] {
+    spindle::detail::trace_io(op.task, spindle::detail::trace_kind::io_complete, op_name(op.code),
+                              res);
+  }
   if (!w.stopping) host_->wake(op.task);  // op may be freed from here on
 }
 

@@ -108,7 +108,7 @@ bool child_set::awaiter::await_ready() noexcept {
 }
 
 bool child_set::awaiter::await_suspend(std::coroutine_handle<> caller) {
-  task_header* self = suspend_current(caller);
+  task_header* self = suspend_current(caller, wait_kind::join);
   if (self == nullptr) {
     throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                             "spindle: when_all/when_any/task_group awaited outside a spindle task");

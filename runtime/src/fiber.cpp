@@ -443,7 +443,7 @@ void fiber_yield() {
   // the current one): the root then only suspends. With no task polling
   // the fiber (a context driven by hand) there is nothing to yield to, as
   // for yield_now outside a task.
-  if (suspend_current(self->root_) == nullptr) return;
+  if (suspend_current(self->root_, wait_kind::fiber) == nullptr) return;
   yield_current();
   self->suspend(suspended_op());
 }

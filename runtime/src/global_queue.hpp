@@ -57,11 +57,21 @@ class global_queue {
     return pop_batch(&task, 1) == 1 ? task : nullptr;
   }
 
+  /// Calls `fn(task)` on every queued task, under the lock (runtime::dump():
+  /// a queued task stays alive while its entry is here). `fn` must not
+  /// touch the queue.
+  template <class Fn>
+  void for_each(Fn&& fn) {
+    std::lock_guard lock(mutex_);
+    for (task_header* t = head_; t != nullptr; t = t->next)
+      fn(t);
+  }
+
   [[nodiscard]] std::size_t len() const noexcept { return len_.load(std::memory_order_acquire); }
   [[nodiscard]] bool is_empty() const noexcept { return len() == 0; }
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   task_header* head_ = nullptr;
   task_header* tail_ = nullptr;
   std::atomic<std::size_t> len_{0};

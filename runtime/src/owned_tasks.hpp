@@ -116,6 +116,26 @@ class owned_tasks {
     return n;
   }
 
+  /// Calls `fn(task)` on every listed task, one shard at a time under that
+  /// shard's lock (runtime::dump(): a listed task is unlinked under the lock
+  /// before it is freed, so it stays alive meanwhile). Each lock is held for
+  /// the walk of its own list only. `fn` must not touch the lists.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (std::size_t i = 0; i < count_; ++i) {
+      shard& s = shards_[i];
+      s.lock();
+      try {
+        for (task_header* t = s.head; t != nullptr; t = t->owned_next)
+          fn(t);
+      } catch (...) {
+        s.unlock();
+        throw;
+      }
+      s.unlock();
+    }
+  }
+
   /// Removes and returns one listed task, or nullptr when all lists are
   /// empty (shutdown).
   task_header* pop_any() noexcept {

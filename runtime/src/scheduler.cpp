@@ -95,6 +95,10 @@ runtime_config resolve_config(runtime_config config) {
       env != nullptr && std::string_view(env) == "0") {
     config.try_cached_reads = false;
   }
+  if (char const* env = std::getenv("SPINDLE_TRACE");
+      config.trace_path.empty() && env != nullptr && *env != '\0') {
+    config.trace_path = env;
+  }
   return config;
 }
 
@@ -121,9 +125,16 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       owned_(config_.workers + 1),
       blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
+  remote_next_id_.store(worker::id_step | config_.workers, std::memory_order_relaxed);
   sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll : 0;
   std::size_t n = config_.workers;
   driver_ = make_driver(host_, config_);
+  if (!config_.trace_path.empty()) {
+    tracer_ = std::make_unique<tracer>(config_.trace_path, n, config_.trace_buffer_events,
+                                       steady_ns(epoch_));
+    for (std::size_t i = 0; i < n; ++i)
+      core_.workers[i]->trace = tracer_->ring(i);
+  }
 
   std::latch started(static_cast<std::ptrdiff_t>(n));
   std::vector<std::exception_ptr> errors(n);
@@ -191,6 +202,7 @@ scheduler::~scheduler() {
   drain_queues();
   destroy_unfinished_tasks();
   detach_unobserved();
+  if (tracer_ != nullptr) tracer_->write();
 }
 
 void scheduler::drain_queues() noexcept {
@@ -217,7 +229,8 @@ void scheduler::drain_queues() noexcept {
 // ---------------------------------------------------------------------------
 // Spawning and scheduling
 
-task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise) {
+task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise,
+                              spawn_location where) {
   // The header is already there, in front of the frame (task_frame_allocate).
   task_header* task = task_header::of_frame(root.address());
   task->resume_point = root;
@@ -229,6 +242,19 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   task->sched = this;
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
+  // For dump(): ids unique in this runtime without a shared counter
+  // (worker::next_id), and a worker's spawn takes its tick's start as the
+  // spawn time instead of reading the clock.
+  task->spawn_file = where.file;
+  task->spawn_line = where.line;
+  if (w != nullptr) {
+    task->id = w->next_id;
+    w->next_id += worker::id_step;
+    task->spawn_ns = w->tick_start_ns;
+  } else {
+    task->id = remote_next_id_.fetch_add(worker::id_step, std::memory_order_relaxed);
+    task->spawn_ns = steady_now_ns();
+  }
 
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
   // through its queue until it first suspends); a spawn from elsewhere is
@@ -294,11 +320,13 @@ void scheduler::run_worker(worker* w) {
   thread_context& ctx = this_thread_context();
   ctx.sched = this;
   ctx.self = w;
+  ctx.trace = w->trace;
   if (config_.pin_threads) pin_to_cpu(w->index);
   w->inline_stack_limit = half_stack_mark();
 
   while (!shutdown_.load(std::memory_order_acquire)) {
     std::uint64_t start = steady_now_ns();
+    w->tick_start_ns = start;
     // run_task counts each poll in tick_polls, and so do the polls that
     // tasks run inline while awaiting a join handle (poll_inline).
     w->tick_polls = 0;
@@ -317,6 +345,9 @@ void scheduler::run_worker(worker* w) {
     if (reaped != 0) w->counters.io_completions.add(reaped);
     // Then the timers that came due (their tasks go to this worker's queues).
     std::size_t fired = fire_timers(w);
+    // runtime::dump() asks each worker for its queues at a tick's end.
+    if (dump_requested(w)) [[unlikely]]
+      answer_dump(w);
     switch (core_.after_tick(w, polls != 0 || reaped != 0 || fired != 0)) {
       case scheduler_core::idle_step::run:
         break;
@@ -349,16 +380,26 @@ void scheduler::park_worker(worker* w) noexcept {
     // Sleep until the next timer of this worker's wheel at the latest; a
     // timer armed from another thread meanwhile unparks us to re-read it.
     std::uint64_t deadline = timer_deadline_ns(w);
+    std::uint64_t const slept = w->trace != nullptr ? steady_now_ns() : 0;
     if (driver_->park_in_driver(w->index)) {
       w->park.park_in_driver(*driver_, w->index, deadline);
     } else {
       w->park.park(deadline);
     }
+    if (w->trace != nullptr) {
+      std::uint64_t const woke = steady_now_ns();
+      w->trace->push({slept, woke - slept, 0, 0, nullptr, trace_kind::park});
+    }
     core_.begin_wakeup(w);
     std::size_t reaped = driver_->poll(w->index);
     if (reaped != 0) w->counters.io_completions.add(reaped);
     fire_timers(w);
-    if (core_.finish_wakeup(w)) return;
+    if (dump_requested(w)) answer_dump(w);  // dump() unparked us to ask
+    bool const leaves = core_.finish_wakeup(w);
+    if (w->trace != nullptr) {
+      w->trace->push({steady_now_ns(), 0, 0, leaves ? 1 : 0, nullptr, trace_kind::unpark});
+    }
+    if (leaves) return;
   }
   core_.end_park(w);  // shutting down
 }
@@ -404,8 +445,9 @@ runtime_stats scheduler::stats() const {
 // ---------------------------------------------------------------------------
 // The calls the public templates make (runtime.hpp)
 
-task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise) {
-  return sched->spawn(root, promise);
+task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise,
+                        spawn_location where) {
+  return sched->spawn(root, promise, where);
 }
 
 }  // namespace spindle::detail

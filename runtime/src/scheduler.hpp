@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "block_on.hpp"
@@ -19,6 +20,7 @@
 #include "owned_tasks.hpp"
 #include "process_registry.hpp"
 #include "spindle/runtime.hpp"
+#include "trace.hpp"
 #include "worker.hpp"
 
 namespace spindle::detail {
@@ -36,6 +38,8 @@ struct thread_context {
   /// (take_sync_io_budget); set at the start of each poll (0 outside a poll,
   /// or when the runtime's try_cached_reads is off).
   std::uint32_t sync_io_budget = 0;
+  /// The worker's trace ring when its runtime traces (trace.hpp), else null.
+  trace_ring* trace = nullptr;
 };
 thread_context& this_thread_context() noexcept;
 /// Synchronous completions allowed per poll of a task.
@@ -52,7 +56,7 @@ class scheduler final : public core_platform {
   scheduler(scheduler const&) = delete;
   scheduler& operator=(scheduler const&) = delete;
 
-  task_header* spawn(std::coroutine_handle<> root, promise_base* promise);
+  task_header* spawn(std::coroutine_handle<> root, promise_base* promise, spawn_location where);
   /// Queues a task that was just marked SCHEDULED.
   void schedule(task_header* task) noexcept;
   void block_until_complete(task_header* task);
@@ -61,10 +65,14 @@ class scheduler final : public core_platform {
   void check_block_on_allowed() const;
 
   [[nodiscard]] runtime_stats stats() const;
+  /// runtime::dump() (dump.cpp).
+  [[nodiscard]] runtime_dump dump(std::chrono::milliseconds timeout);
   [[nodiscard]] std::size_t worker_count() const noexcept { return core_.worker_count(); }
   [[nodiscard]] driver& io_driver() noexcept { return *driver_; }
   [[nodiscard]] io_backend backend() const noexcept { return driver_->backend(); }
   [[nodiscard]] runtime_config const& config() const noexcept { return config_; }
+  /// The trace (runtime_config::trace_path), or null when off.
+  [[nodiscard]] tracer* trace() const noexcept { return tracer_.get(); }
   /// The spawn_blocking pool.
   [[nodiscard]] blocking_pool& blocking() noexcept { return blocking_; }
   /// The processes of this runtime (spindle/process.hpp).
@@ -125,6 +133,9 @@ class scheduler final : public core_platform {
   /// run_task's cold path: a stale (CLAIMED) entry, released, or run when a
   /// wake turned it live meanwhile.
   [[gnu::noinline]] void run_stale_entry(worker* w, task_header* task) noexcept;
+  /// poll_held's resume when tracing: the same, inside a poll span.
+  [[gnu::noinline, gnu::cold]] static void resume_traced(task_header* task,
+                                                         trace_ring* trace) noexcept;
   /// Polls a task whose RUNNING bit the caller set (state `s` then).
   void poll_held(worker* w, task_header* task, std::uint64_t s) noexcept;
   /// At shutdown, after the workers stopped: empties the queues, dropping
@@ -143,6 +154,13 @@ class scheduler final : public core_platform {
   /// scheduler again (release_unobserved).
   void detach_unobserved() noexcept;
   void park_worker(worker* w) noexcept;
+  /// A worker's answer to a dump request: lists its queued tasks in
+  /// w->dump_found and acknowledges (dump.cpp). Owner thread.
+  [[gnu::noinline]] void answer_dump(worker* w) noexcept;
+  /// One predictable branch: is a dump waiting for `w`'s answer?
+  [[nodiscard]] bool dump_requested(worker const* w) const noexcept {
+    return dump_gen_.load(std::memory_order_relaxed) != w->dump_seen;
+  }
   /// Lists a task that is about to be suspended with nobody queueing it
   /// (owned_tasks.hpp), in `w`'s list or the other threads' one.
   void list_task(task_header* task, worker* w) noexcept;
@@ -165,12 +183,17 @@ class scheduler final : public core_platform {
   owned_tasks owned_;
   std::unique_ptr<driver> driver_;
   std::atomic<bool> shutdown_{false};
+  // Bumped by each dump() (dump.cpp); read once per tick by every worker.
+  std::atomic<std::uint64_t> dump_gen_{0};
   // Each poll's sync_io_budget: sync_io_per_poll, or 0 when
   // runtime_config::try_cached_reads is off.
   std::uint32_t sync_io_per_poll_ = 0;
   // Written by spawns and completions off the workers: a line apart from
   // shutdown_ and the driver pointer, which every worker reads per poll.
   alignas(64) std::atomic<std::uint64_t> remote_spawned_{0};
+  // The id of the next spawn off the workers (scheduler::spawn; set by the
+  // constructor to worker::id_step | worker count).
+  std::atomic<std::uint64_t> remote_next_id_{0};
   // Completions off the workers (block_on threads, abort_here); the workers
   // count theirs in worker_counters::completed.
   std::atomic<std::uint64_t> remote_completed_{0};
@@ -180,6 +203,11 @@ class scheduler final : public core_platform {
   // unobserved_lock() (scheduler.cpp), because a handle dropped on another
   // thread must learn whether this runtime still exists.
   task_header* unobserved_ = nullptr;
+  // Tracing (trace.hpp); null when off. Made before the workers start,
+  // written after they stopped.
+  std::unique_ptr<tracer> tracer_;
+  // One dump at a time.
+  std::mutex dump_mutex_;
   // block_on threads asleep while their task may still need help (block_on.cpp).
   block_on_sleepers block_on_sleepers_;
   // spawn_blocking jobs; shut down after the workers stop, before frames go.

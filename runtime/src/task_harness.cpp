@@ -64,6 +64,7 @@ bool never_detached(void* /*arg*/) noexcept {
   task_header* task = this_thread_context().current;
   if (task != nullptr) {
     task->resume_point = resume_at;
+    task->waits_on.store(wait_kind::other, std::memory_order_relaxed);
     task->cancel_fn = &never_detached;
     task->cancel_arg = nullptr;
   }
@@ -227,7 +228,12 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   ctx.current = task;
   ctx.sync_io_budget = sync_io_per_poll_;
   task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
-  task->resume_point.resume();
+  // Tracing (trace.hpp): the one branch of the poll's span, off the path.
+  if (ctx.trace == nullptr) [[likely]] {
+    task->resume_point.resume();
+  } else {
+    resume_traced(task, ctx.trace);
+  }
   ctx.current = outer;
   ctx.sync_io_budget = outer_budget;
   bool const yielded = std::exchange(ctx.yielded, false);
@@ -264,6 +270,14 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
       cancel_owned(task, w);
       return;
   }
+}
+
+void scheduler::resume_traced(task_header* task, trace_ring* trace) noexcept {
+  // The task may be freed once its poll ended: its id is read first.
+  std::uint64_t const id = task->id;
+  std::uint64_t const start = steady_now_ns();
+  task->resume_point.resume();
+  trace->push({start, steady_now_ns() - start, id, 0, nullptr, trace_kind::poll});
 }
 
 void scheduler::list_task(task_header* task, worker* w) noexcept {

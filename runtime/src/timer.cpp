@@ -67,8 +67,12 @@ std::size_t scheduler::fire_timers(worker* w) noexcept {
   }
   // Woken outside the lock; entries are not touched any more.
   std::size_t n = shard.fired.size();
-  for (task_header* task : shard.fired)
+  for (task_header* task : shard.fired) {
+    if (w->trace != nullptr) [[unlikely]] {
+      w->trace->push({steady_now_ns(), 0, task->id, 0, nullptr, trace_kind::timer_fire});
+    }
     wake(task);
+  }
   shard.fired.clear();
   if (n != 0) w->counters.timers_fired.add(n);
   return n;

@@ -166,7 +166,7 @@ class channel {
     /// Awaiter protocol: sends at once if there is room or a waiting
     /// receiver, else queues the calling task (std::errc::operation_not_permitted outside one).
     bool await_suspend(std::coroutine_handle<> caller) {
-      detail::task_header* self = detail::suspend_current(caller);
+      detail::task_header* self = detail::suspend_current(caller, wait_kind::channel);
       detail::require_task(self, "spindle: channel send awaited outside a spindle task");
       detail::wake_batch wakes;
       std::lock_guard lock{ch_->mutex_};
@@ -266,7 +266,7 @@ class channel {
     /// channel is closed and drained), else queues the calling task
     /// (std::errc::operation_not_permitted outside one).
     bool await_suspend(std::coroutine_handle<> caller) {
-      detail::task_header* self = detail::suspend_current(caller);
+      detail::task_header* self = detail::suspend_current(caller, wait_kind::channel);
       detail::require_task(self, "spindle: channel recv awaited outside a spindle task");
       detail::wake_batch wakes;
       std::lock_guard lock{ch_->mutex_};

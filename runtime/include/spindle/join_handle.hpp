@@ -99,7 +99,7 @@ class [[nodiscard]] join_handle {
     /// std::system_error(std::errc::operation_not_permitted) outside a
     /// spindle task.
     bool await_suspend(std::coroutine_handle<> caller) {
-      self = detail::suspend_current(caller);
+      self = detail::suspend_current(caller, wait_kind::join);
       if (self == nullptr) {
         throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                                 "spindle: join_handle awaited outside a spindle task");

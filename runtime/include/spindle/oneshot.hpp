@@ -193,7 +193,7 @@ class oneshot_receiver {
     /// std::system_error(std::errc::operation_not_permitted) outside a
     /// spindle task.
     bool await_suspend(std::coroutine_handle<> caller) {
-      detail::task_header* self = detail::suspend_current(caller);
+      detail::task_header* self = detail::suspend_current(caller, wait_kind::oneshot);
       detail::require_task(self, "spindle: oneshot_receiver awaited outside a spindle task");
       state_ = rx_->state_.get();
       std::lock_guard lock{state_->mutex};

@@ -54,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -61,9 +62,11 @@
 #include "spindle/awaitable.hpp"
 #include "spindle/detail/blocking_job.hpp"
 #include "spindle/detail/task_header.hpp"
+#include "spindle/dump.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/stats.hpp"
 #include "spindle/task.hpp"
+#include "spindle/task_info.hpp"
 
 namespace spindle {
 
@@ -129,6 +132,26 @@ struct runtime_config {
   /// How long the destructor waits for the bodies of cancelled processes
   /// (spindle/process.hpp) to end before it destroys their frames (ms, >= 0).
   std::chrono::milliseconds process_shutdown_timeout{5000};
+  /// Tracing: when not empty (or when the environment variable
+  /// SPINDLE_TRACE=path is set and this is empty), the runtime records per
+  /// worker its polls (task spans), steals, parks and unparks, I/O
+  /// submissions and completions and timer firings, and writes them at
+  /// shutdown to this file in the Chrome / Perfetto trace-event JSON format
+  /// (open it in ui.perfetto.dev or chrome://tracing; tools/trace-plot
+  /// draws a PNG timeline). Timestamps are µs since the runtime started
+  /// (steady_clock). The file is opened (truncated) by the constructor,
+  /// which throws std::system_error with fopen's errno (ENOENT, EACCES,
+  /// ...) when it cannot be. Polls on threads inside block_on are not
+  /// traced. Off (empty), each event site costs one predictable branch.
+  /// SPINDLE_TRACE applies to every runtime the process creates: each one
+  /// rewrites the file at its shutdown, so the last one's trace remains.
+  std::string trace_path{};
+  /// Tracing: events kept per worker (>= 1, else the constructor throws
+  /// std::system_error(invalid_argument)): a ring of 48-byte records in
+  /// which a new event overwrites the oldest, so the file holds each
+  /// worker's last `trace_buffer_events` events (the count overwritten is
+  /// in the file's otherData.overwritten_events).
+  std::size_t trace_buffer_events = 65536;
 };
 
 namespace detail {
@@ -136,11 +159,11 @@ class scheduler;
 /// The scheduler of the calling thread (a worker, or a thread inside
 /// block_on), or nullptr.
 [[nodiscard]] scheduler* current_scheduler() noexcept;
-/// Spawns `root` on `sched`. Returns a header holding a reference for the
-/// join handle. After shutdown the frame is destroyed and the returned task
-/// is complete and cancelled.
+/// Spawns `root` on `sched`, recording `where` for runtime::dump(). Returns
+/// a header holding a reference for the join handle. After shutdown the
+/// frame is destroyed and the returned task is complete and cancelled.
 [[nodiscard]] task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root,
-                                      promise_base* promise);
+                                      promise_base* promise, spawn_location where = {});
 /// Throws std::system_error(resource_deadlock_would_occur) when the calling
 /// thread is one of `sched`'s workers (before anything is spawned).
 void check_block_on_allowed(scheduler* sched);
@@ -168,14 +191,14 @@ class runtime {
   /// queued tasks inline while it waits (block-on-complete). Returns the
   /// task's value or rethrows its exception.
   template <class T>
-  T block_on(task<T> t) {
+  T block_on(task<T> t, spawn_location where = spawn_location::current()) {
     if (!t.valid()) {
       throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                               "spindle: block_on of an empty task");
     }
     detail::check_block_on_allowed(sched_.get());
     auto frame = t.release();
-    join_handle<T> handle{detail::spawn_root(sched_.get(), frame, &frame.promise())};
+    join_handle<T> handle{detail::spawn_root(sched_.get(), frame, &frame.promise(), where)};
     detail::block_until_complete(sched_.get(), handle.header());
     return handle.take();
   }
@@ -185,36 +208,39 @@ class runtime {
   /// (spindle/awaitable.hpp). `a` is used by reference: it lives until this
   /// returns. A non-awaitable argument fails to compile with a message.
   template <class A>
-  requires(!detail::is_task_v<std::remove_cvref_t<A>>) decltype(auto) block_on(A&& a) {
+  requires(!detail::is_task_v<std::remove_cvref_t<A>>) decltype(auto)
+      block_on(A&& a, spawn_location where = spawn_location::current()) {
     static_assert(awaitable<A>,
                   "spindle::runtime::block_on: the argument is not awaitable (no "
                   "await_ready/await_suspend/await_resume and no operator co_await)");
-    return block_on(detail::await_as_task<A&&>(std::forward<A>(a)));
+    return block_on(detail::await_as_task<A&&>(std::forward<A>(a)), where);
   }
 
   /// Spawns `t` from any thread; it runs on the workers. An empty task
-  /// throws std::system_error(std::errc::invalid_argument).
+  /// throws std::system_error(std::errc::invalid_argument). `where` (the
+  /// caller's file and line by default) is what runtime::dump() reports.
   template <class T>
-  join_handle<T> spawn(task<T> t) {
+  join_handle<T> spawn(task<T> t, spawn_location where = spawn_location::current()) {
     auto frame = t.release();
     if (!frame) {
       throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                               "spindle: spawn of an empty task");
     }
-    return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise())};
+    return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise(), where)};
   }
 
   /// Spawns any other awaitable as a task that co_awaits it; `a` is moved
   /// (or copied) into the task. A non-awaitable or immovable argument fails
   /// to compile with a message.
   template <class A>
-  requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(A&& a) {
+  requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(
+      A&& a, spawn_location where = spawn_location::current()) {
     static_assert(awaitable<A>,
                   "spindle::runtime::spawn: the argument is not awaitable (no "
                   "await_ready/await_suspend/await_resume and no operator co_await)");
     static_assert(std::is_constructible_v<std::decay_t<A>, A&&>,
                   "spindle::runtime::spawn: the awaitable must be movable into the task");
-    return spawn(detail::await_as_task<std::decay_t<A>>(std::forward<A>(a)));
+    return spawn(detail::await_as_task<std::decay_t<A>>(std::forward<A>(a)), where);
   }
 
   /// Runs `fn()` on the blocking pool (see the file comment) from any
@@ -224,8 +250,8 @@ class runtime {
   /// std::system_error(std::errc::resource_unavailable_try_again).
   template <class F>
   requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> spawn_blocking(
-      F&& fn) {
-    return spawn(detail::make_blocking_task(std::forward<F>(fn)));
+      F&& fn, spawn_location where = spawn_location::current()) {
+    return spawn(detail::make_blocking_task(std::forward<F>(fn)), where);
   }
 
   /// Spawns `fn` as a fiber (a stackful task) from any thread; see
@@ -260,6 +286,13 @@ class runtime {
 
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;
+  /// A snapshot of the live tasks (any thread, also from inside a task):
+  /// id, state, what each waits on, where it was spawned, its age. Waits at
+  /// most `timeout` for the workers to report their queues; never stops a
+  /// worker for more than one copy of its queues. See spindle/dump.hpp.
+  /// Throws std::bad_alloc.
+  [[nodiscard]] runtime_dump dump(std::chrono::milliseconds timeout = std::chrono::milliseconds{
+                                      100}) const;
   /// Number of worker threads.
   [[nodiscard]] std::size_t worker_count() const noexcept;
   /// The I/O backend chosen at construction; never `automatic`.
@@ -280,7 +313,7 @@ class runtime {
 /// inside block_on. Elsewhere throws
 /// std::system_error(std::errc::operation_not_permitted).
 template <class T>
-join_handle<T> spawn(task<T> t) {
+join_handle<T> spawn(task<T> t, spawn_location where = spawn_location::current()) {
   detail::scheduler* sched = detail::current_scheduler();
   if (sched == nullptr) {
     throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
@@ -291,19 +324,20 @@ join_handle<T> spawn(task<T> t) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle: spawn of an empty task");
   }
-  return join_handle<T>{detail::spawn_root(sched, frame, &frame.promise())};
+  return join_handle<T>{detail::spawn_root(sched, frame, &frame.promise(), where)};
 }
 
 /// spawn of any other awaitable on the runtime of the calling thread, as
 /// runtime::spawn(a) does.
 template <class A>
-requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(A&& a) {
+requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(
+    A&& a, spawn_location where = spawn_location::current()) {
   static_assert(awaitable<A>,
                 "spindle::spawn: the argument is not awaitable (no "
                 "await_ready/await_suspend/await_resume and no operator co_await)");
   static_assert(std::is_constructible_v<std::decay_t<A>, A&&>,
                 "spindle::spawn: the awaitable must be movable into the task");
-  return spawn(detail::await_as_task<std::decay_t<A>>(std::forward<A>(a)));
+  return spawn(detail::await_as_task<std::decay_t<A>>(std::forward<A>(a)), where);
 }
 
 /// runtime::spawn_blocking on the runtime of the calling thread: a worker, a
@@ -311,7 +345,7 @@ requires(!detail::is_task_v<std::remove_cvref_t<A>>) auto spawn(A&& a) {
 /// std::system_error(std::errc::operation_not_permitted).
 template <class F>
 requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> spawn_blocking(
-    F&& fn) {
+    F&& fn, spawn_location where = spawn_location::current()) {
   detail::scheduler* sched = detail::current_scheduler();
   if (sched == nullptr) {
     throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
@@ -319,7 +353,7 @@ requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> 
   }
   auto frame = detail::make_blocking_task(std::forward<F>(fn)).release();
   return join_handle<detail::blocking_result_t<F>>{
-      detail::spawn_root(sched, frame, &frame.promise())};
+      detail::spawn_root(sched, frame, &frame.promise(), where)};
 }
 
 /// Awaitable that re-queues the current task at the back of its worker's run
@@ -331,7 +365,7 @@ struct yield_now {
   /// Awaiter protocol: re-queues the calling task (false, no suspension,
   /// outside a spindle task).
   bool await_suspend(std::coroutine_handle<> caller) const noexcept {
-    detail::task_header* self = detail::suspend_current(caller);
+    detail::task_header* self = detail::suspend_current(caller, wait_kind::yield);
     if (self == nullptr) return false;
     detail::yield_current();  // re-queued when this poll returns
     return true;

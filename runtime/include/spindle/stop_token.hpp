@@ -62,7 +62,7 @@ namespace detail {
 struct stop_here {
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> caller) const noexcept {
-    task_header* self = suspend_current(caller);
+    task_header* self = suspend_current(caller, wait_kind::stop);
     if (self == nullptr) return false;
     set_cancel_hook(self, nullptr, nullptr);  // nothing to withdraw from
     return true;
@@ -94,10 +94,11 @@ task<T> stoppable(task<T> t, std::stop_token token) {
 /// Spawns `t` on the runtime of the calling thread (as spindle::spawn(t));
 /// requesting stop on `token`'s source aborts it (see the file comment).
 template <class T>
-join_handle<T> spawn(task<T> t, std::stop_token token) {
-  if (!token.stop_possible()) return spindle::spawn(std::move(t));
+join_handle<T> spawn(task<T> t, std::stop_token token,
+                     spawn_location where = spawn_location::current()) {
+  if (!token.stop_possible()) return spindle::spawn(std::move(t), where);
   bool stopped = token.stop_requested();
-  join_handle<T> h = spindle::spawn(detail::stoppable(std::move(t), std::move(token)));
+  join_handle<T> h = spindle::spawn(detail::stoppable(std::move(t), std::move(token)), where);
   if (stopped) h.abort();  // queued: it never runs
   return h;
 }
@@ -105,10 +106,11 @@ join_handle<T> spawn(task<T> t, std::stop_token token) {
 /// Spawns `t` on `rt` from any thread (as rt.spawn(t)); requesting stop on
 /// `token`'s source aborts it (see the file comment).
 template <class T>
-join_handle<T> spawn(runtime& rt, task<T> t, std::stop_token token) {
-  if (!token.stop_possible()) return rt.spawn(std::move(t));
+join_handle<T> spawn(runtime& rt, task<T> t, std::stop_token token,
+                     spawn_location where = spawn_location::current()) {
+  if (!token.stop_possible()) return rt.spawn(std::move(t), where);
   bool stopped = token.stop_requested();
-  join_handle<T> h = rt.spawn(detail::stoppable(std::move(t), std::move(token)));
+  join_handle<T> h = rt.spawn(detail::stoppable(std::move(t), std::move(token)), where);
   if (stopped) h.abort();
   return h;
 }

@@ -88,10 +88,10 @@ class task_group {
 
   /// Spawns `t` as a child of the group (see the file comment for errors).
   template <class T>
-  void spawn(task<T> t) {
+  void spawn(task<T> t, spawn_location where = spawn_location::current()) {
     detail::check_child(t, "spindle::task_group::spawn");
     reap();
-    auto c = detail::spawn_child(set_, std::move(t), 0);
+    auto c = detail::spawn_child(set_, std::move(t), 0, where);
     if (c->registered) (void)c.release();  // the set's lists own it now
   }
 

@@ -90,7 +90,7 @@ class [[nodiscard]] sleep_awaiter {
   /// std::system_error(std::errc::operation_not_permitted) outside a spindle
   /// task.
   bool await_suspend(std::coroutine_handle<> caller) {
-    detail::task_header* self = detail::suspend_current(caller);
+    detail::task_header* self = detail::suspend_current(caller, wait_kind::timer);
     if (self == nullptr)
       detail::throw_outside_task("spindle: sleep awaited outside a spindle task");
     entry_.task = self;
@@ -156,7 +156,7 @@ class join_or_deadline : join_waiter {
 
   bool await_ready() const noexcept { return task_is_complete(child_); }
   bool await_suspend(std::coroutine_handle<> caller) {
-    task_header* self = suspend_current(caller);
+    task_header* self = suspend_current(caller, wait_kind::join);
     if (self == nullptr) throw_outside_task("spindle: timeout awaited outside a spindle task");
     self_ = self;
     entry_.task = self;

@@ -99,7 +99,7 @@ class blocking_awaiter final : public blocking_job {
 
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> caller) {
-    task_header* self = suspend_current(caller);
+    task_header* self = suspend_current(caller, wait_kind::blocking);
     if (self == nullptr) {
       throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                               "spindle: blocking job awaited outside a spindle task");

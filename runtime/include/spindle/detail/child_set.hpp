@@ -278,9 +278,10 @@ void watch_child(child_set& set, child<T>& c, std::size_t index) noexcept {
 /// Spawns `t` on the current runtime and watches it in `set` as `index`.
 /// Throws what spindle::spawn throws (nothing is spawned then).
 template <class T>
-std::unique_ptr<child<T>> spawn_child(child_set& set, task<T> t, std::size_t index) {
+std::unique_ptr<child<T>> spawn_child(child_set& set, task<T> t, std::size_t index,
+                                      spawn_location where = spawn_location::current()) {
   auto c = std::make_unique<child<T>>();
-  c->handle = spindle::spawn(std::move(t));
+  c->handle = spindle::spawn(std::move(t), where);
   watch_child(set, *c, index);
   return c;
 }

@@ -61,7 +61,7 @@ class state_waiter : wait_node {
   template <class Ready>
   bool suspend_unless(std::coroutine_handle<> caller, State* state, char const* outside_task,
                       Ready ready) {
-    task_header* self = suspend_current(caller);
+    task_header* self = suspend_current(caller, wait_kind::sync);
     require_task(self, outside_task);
     state_ = state;
     std::lock_guard lock{state_->mutex};

@@ -127,7 +127,7 @@ class sync_awaiter : protected Node {
   bool await_ready() const noexcept { return false; }
 
   bool await_suspend(std::coroutine_handle<> caller) {
-    task_header* self = suspend_current(caller);
+    task_header* self = suspend_current(caller, wait_kind::sync);
     if (self == nullptr) {
       throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                               std::string("spindle: ") + Primitive::type_name +

@@ -1,6 +1,6 @@
 // The header of a spawned task and the calls awaiters make into the scheduler.
 //
-// Shape: one 80-byte header per spawned task, in front of its root coroutine
+// Shape: one 112-byte header per spawned task, in front of its root coroutine
 // frame in the same pool block (see task_header), so that a task costs one
 // allocation (header + frame) and a spawn none. Its `state` word packs the
 // scheduling bits and a reference count:
@@ -43,6 +43,7 @@
 #include <system_error>
 
 #include "spindle/task.hpp"
+#include "spindle/task_info.hpp"
 
 namespace spindle::detail {
 
@@ -114,6 +115,16 @@ struct alignas(16) task_header {
   /// runtime_stats::detached_exceptions (scheduler::hold_unobserved). Written
   /// before COMPLETE is published, then read by the handle's owner.
   bool unobserved : 1 = false;
+  // What runtime::dump() reports (the second cache line: never read by the
+  // scheduler's hot paths). Written at the spawn, before the task is
+  // published, and never again, except `waits_on`; left uninitialized
+  // until then (a frame that is never spawned does not pay for them).
+  char const* spawn_file;    ///< spawn_location::file
+  std::uint64_t id;          ///< unique in its runtime (scheduler::spawn)
+  std::uint64_t spawn_ns;    ///< steady_clock ns at the spawn (a worker's: its tick's start)
+  std::uint32_t spawn_line;  ///< spawn_location::line
+  /// The awaiter of the current suspension (suspend_current); relaxed.
+  std::atomic<wait_kind> waits_on{wait_kind::none};
 
   /// The root frame (null once destroyed: cancelled_before_finish).
   [[nodiscard]] std::coroutine_handle<> frame() const noexcept {
@@ -136,10 +147,18 @@ static_assert(sizeof(task_header) == task_frame_prefix,
               "task_frame_prefix (frame_pool.hpp) must be the header's size");
 
 /// Inside a running spindle task: records `resume_at` as the point the next
-/// poll resumes and returns the task. Outside a task returns nullptr.
+/// poll resumes (and `other` as what it waits on: runtime::dump()), and
+/// returns the task. Outside a task returns nullptr.
 /// Called by awaiters from await_suspend. The suspension is not cancellable
 /// (abort waits for its wake) until the awaiter calls set_cancel_hook.
 task_header* suspend_current(std::coroutine_handle<> resume_at) noexcept;
+/// suspend_current, saying which kind of awaiter suspends (an inline store
+/// after the call, so that the call itself keeps no extra register).
+inline task_header* suspend_current(std::coroutine_handle<> resume_at, wait_kind kind) noexcept {
+  task_header* task = suspend_current(resume_at);
+  if (task != nullptr) task->waits_on.store(kind, std::memory_order_relaxed);
+  return task;
+}
 
 /// Called by an awaiter after suspend_current, while its task still runs:
 /// when the task is aborted while suspended here, `fn(arg)` is called (on the

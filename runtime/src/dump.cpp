@@ -1,0 +1,256 @@
+// runtime::dump(): the snapshot of live tasks (spindle/dump.hpp), and its
+// printing. How it is taken and what it costs the workers: dump.hpp.
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <new>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "clock.hpp"
+#include "scheduler.hpp"
+#include "spindle/dump.hpp"
+
+namespace spindle {
+
+char const* to_string(task_run_state s) noexcept {
+  switch (s) {
+    case task_run_state::queued:
+      return "queued";
+    case task_run_state::running:
+      return "running";
+    case task_run_state::suspended:
+      return "suspended";
+    case task_run_state::blocked_in_driver:
+      return "blocked_in_driver";
+  }
+  return "queued";
+}
+
+std::size_t runtime_dump::count(task_run_state state) const noexcept {
+  return static_cast<std::size_t>(std::count_if(
+      tasks.begin(), tasks.end(), [state](task_snapshot const& t) { return t.state == state; }));
+}
+
+namespace {
+
+void append_json_string(std::string& out, char const* s) {
+  out += '"';
+  for (; *s != '\0'; ++s) {
+    auto const c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
+std::uint64_t micros(std::chrono::nanoseconds ns) noexcept {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)) / 1000;
+}
+
+}  // namespace
+
+std::string runtime_dump::to_json() const {
+  std::string out = "{\"workers\":" + std::to_string(workers) +
+                    ",\"took_us\":" + std::to_string(micros(took)) + ",\"unanswered_workers\":[";
+  for (std::size_t i = 0; i < unanswered_workers.size(); ++i) {
+    if (i != 0) out += ',';
+    out += std::to_string(unanswered_workers[i]);
+  }
+  out += "],\"tasks\":[";
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    task_snapshot const& t = tasks[i];
+    if (i != 0) out += ',';
+    out += "{\"id\":" + std::to_string(t.id) + ",\"state\":\"" + to_string(t.state) +
+           "\",\"waits_on\":\"" + to_string(t.waits_on) + "\",\"file\":";
+    append_json_string(out, t.spawned_at.file);
+    out += ",\"line\":" + std::to_string(t.spawned_at.line) +
+           ",\"age_us\":" + std::to_string(micros(t.age)) + '}';
+  }
+  out += "]}";
+  return out;
+}
+
+std::ostream& operator<<(std::ostream& os, runtime_dump const& d) {
+  os << "spindle runtime dump: " << d.tasks.size() << " live tasks ("
+     << d.count(task_run_state::queued) << " queued, " << d.count(task_run_state::running)
+     << " running, " << d.count(task_run_state::suspended) << " suspended, "
+     << d.count(task_run_state::blocked_in_driver) << " blocked in the driver), " << d.workers
+     << " workers, taken in " << micros(d.took) << " us";
+  if (!d.unanswered_workers.empty()) {
+    os << "; workers that did not answer (their queued tasks are missing):";
+    for (std::size_t w : d.unanswered_workers)
+      os << ' ' << w;
+  }
+  os << '\n';
+  for (task_snapshot const& t : d.tasks) {
+    char line[128];
+    std::snprintf(line, sizeof line, "  task %-8llu %-17s %-8s age %10.3f ms  spawned at ",
+                  static_cast<unsigned long long>(t.id), to_string(t.state), to_string(t.waits_on),
+                  static_cast<double>(t.age.count()) / 1e6);
+    os << line << (*t.spawned_at.file != '\0' ? t.spawned_at.file : "?") << ':' << t.spawned_at.line
+       << '\n';
+  }
+  return os;
+}
+
+namespace detail {
+
+namespace {
+
+namespace sb = state_bits;
+
+worker::dump_entry entry_of(task_header* t) noexcept {
+  return worker::dump_entry{t,
+                            t->id,
+                            t->state.load(std::memory_order_acquire),
+                            t->spawn_ns,
+                            t->spawn_file,
+                            t->spawn_line,
+                            t->waits_on.load(std::memory_order_relaxed)};
+}
+
+// A queue entry's task, unless the entry is stale (CLAIMED: the task was
+// taken out of the queue's hands and is reported where it is now).
+bool is_live_entry(worker::dump_entry const& e) noexcept {
+  return (e.state & (sb::claimed | sb::complete)) == 0;
+}
+
+}  // namespace
+
+void scheduler::answer_dump(worker* w) noexcept {
+  std::uint64_t const gen = dump_gen_.load(std::memory_order_acquire);
+  w->dump_seen = gen;
+  std::vector<worker::dump_entry>& out = w->dump_found;
+  out.clear();
+  try {
+    out.reserve(1 + worker::batch_capacity + run_queue::capacity);
+  } catch (std::bad_alloc const&) {
+    w->dump_ack.store(gen, std::memory_order_release);  // answers with nothing
+    return;
+  }
+  auto note = [&out](task_header* t) noexcept {
+    worker::dump_entry e = entry_of(t);
+    if (is_live_entry(e)) out.push_back(e);  // within the reserve
+  };
+  if (w->lifo_slot != nullptr) note(w->lifo_slot);
+  for (std::uint32_t i = w->batch_head; i != w->batch_len; ++i)
+    note(w->batch[i]);
+  // The ring is stealable: only the owner's pops keep an entry's task in
+  // our hands while we read it. Pop everything, read, push back in order.
+  std::array<task_header*, run_queue::capacity> popped;
+  std::size_t n = 0;
+  while (n < popped.size()) {
+    task_header* t = w->queue.pop();
+    if (t == nullptr) break;
+    popped[n++] = t;
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    note(popped[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (w->queue.push_back(popped[i], core_.inject)) w->counters.overflows.add();
+  }
+  w->dump_ack.store(gen, std::memory_order_release);
+}
+
+runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(dump_mutex_);
+  std::uint64_t const start = steady_now_ns();
+  std::size_t const n = core_.workers.size();
+  std::vector<worker::dump_entry> found;
+  auto note_queued = [&found](task_header* t) {
+    worker::dump_entry e = entry_of(t);
+    if (is_live_entry(e)) found.push_back(e);
+  };
+
+  // Ask the workers first, so that they answer while we walk the lists.
+  std::uint64_t const gen = dump_gen_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  thread_context& ctx = this_thread_context();
+  worker* const self = ctx.sched == this ? ctx.self : nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (core_.workers[i].get() != self) unpark(i);
+  }
+  if (self != nullptr) answer_dump(self);  // a task of ours called us
+  if (ctx.sched == this && ctx.current != nullptr) found.push_back(entry_of(ctx.current));
+
+  owned_.for_each([&found](task_header* t) {
+    worker::dump_entry e = entry_of(t);
+    if ((e.state & sb::complete) == 0) found.push_back(e);
+  });
+  core_.inject.for_each(note_queued);
+
+  std::vector<bool> answered(n, false);
+  std::size_t pending = n;
+  std::uint64_t const deadline =
+      start + static_cast<std::uint64_t>(std::max<std::int64_t>(
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(), 0));
+  for (;;) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (answered[i]) continue;
+      worker& w = *core_.workers[i];
+      if (w.dump_ack.load(std::memory_order_acquire) != gen) continue;
+      found.insert(found.end(), w.dump_found.begin(), w.dump_found.end());
+      answered[i] = true;
+      --pending;
+    }
+    if (pending == 0 || steady_now_ns() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  runtime_dump d;
+  d.workers = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!answered[i]) d.unanswered_workers.push_back(i);
+  }
+  // One entry per task: a task may be both listed and queued (woken after a
+  // suspension), or seen twice while it moved. A block reused by a newer
+  // task has another id.
+  std::unordered_map<task_header const*, std::uint64_t> seen;
+  seen.reserve(found.size());
+  std::uint64_t const now = steady_now_ns();
+  d.tasks.reserve(found.size());
+  for (worker::dump_entry const& e : found) {
+    auto [it, fresh] = seen.try_emplace(e.task, e.id);
+    if (!fresh && it->second == e.id) continue;
+    it->second = e.id;
+    task_snapshot t;
+    t.id = e.id;
+    t.waits_on = e.waits_on;
+    if ((e.state & sb::running) != 0) {
+      t.state = task_run_state::running;
+    } else if ((e.state & sb::scheduled) != 0) {
+      t.state = task_run_state::queued;
+    } else {
+      t.state = e.waits_on == wait_kind::io ? task_run_state::blocked_in_driver
+                                            : task_run_state::suspended;
+    }
+    t.spawned_at = spawn_location{e.file, e.line};
+    t.age = std::chrono::nanoseconds(now > e.spawn_ns ? now - e.spawn_ns : 0);
+    d.tasks.push_back(t);
+  }
+  std::sort(d.tasks.begin(), d.tasks.end(),
+            [](task_snapshot const& a, task_snapshot const& b) { return a.id < b.id; });
+  // The same id twice (a task reported by two sources under different
+  // blocks cannot happen; two reports of one task moved between sources
+  // can): keep the first.
+  d.tasks.erase(
+      std::unique(d.tasks.begin(), d.tasks.end(),
+                  [](task_snapshot const& a, task_snapshot const& b) { return a.id == b.id; }),
+      d.tasks.end());
+  d.took = std::chrono::nanoseconds(steady_now_ns() - start);
+  return d;
+}
+
+}  // namespace detail
+
+}  // namespace spindle
