@@ -157,8 +157,9 @@ struct suspend_forever {
   bool await_suspend(std::coroutine_handle<> h) const noexcept {
     spindle::detail::task_header* self = spindle::detail::suspend_current(h);
     if (self == nullptr) return false;
-    spindle::detail::set_cancel_hook(
-        self, +[](void*) noexcept { return true; }, nullptr);
+    static spindle::detail::cancel_hook always_detached{
+        +[](spindle::detail::cancel_hook*) noexcept { return true; }};
+    spindle::detail::set_cancel_hook(self, &always_detached);
     return true;
   }
   void await_resume() const noexcept {}
@@ -167,7 +168,7 @@ struct suspend_forever {
 /// A gate one task at a time waits at; open() (any thread) waits until a
 /// task is waiting and lets it through. Aborting the waiting task withdraws
 /// it (cancel hook), so a task waiting here is destroyed at once by abort().
-class gate {
+class gate : spindle::detail::cancel_hook {
  public:
   /// Waits (bounded) for a waiter and wakes it; false on timeout.
   bool open(std::chrono::milliseconds limit = std::chrono::seconds(30)) {
@@ -204,7 +205,7 @@ class gate {
       std::lock_guard lock(g->mutex_);
       if (g->waiter_ != nullptr) throw std::logic_error("gate: two waiters");
       g->waiter_ = self;
-      spindle::detail::set_cancel_hook(self, &gate::withdraw, g);
+      spindle::detail::set_cancel_hook(self, g, &gate::withdraw);
       return true;
     }
     void await_resume() const noexcept {}
@@ -212,8 +213,8 @@ class gate {
   awaiter operator co_await() noexcept { return awaiter{this}; }
 
  private:
-  static bool withdraw(void* arg) noexcept {
-    auto* g = static_cast<gate*>(arg);
+  static bool withdraw(spindle::detail::cancel_hook* hook) noexcept {
+    auto* g = static_cast<gate*>(hook);
     std::lock_guard lock(g->mutex_);
     return std::exchange(g->waiter_, nullptr) != nullptr;
   }

@@ -377,6 +377,39 @@ TEST(TaskFrame, ASpawnTakesOneBlockForHeaderAndFrame) {
             static_cast<std::uint64_t>(pairs));
 }
 
+// A spawned task's block goes back to the pool under its own size class:
+// the header keeps no size, so the frame's deallocation leaves it where the
+// frame was and scheduler::free_task reads it there. Freed on the worker, the
+// block is the next one a frame of the same coroutine gets, both for a task
+// that finished and for one whose frame was destroyed early (abort).
+spindle::task<int> reuse_after_free() {
+  int reused = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto handle = spindle::spawn(child(round));
+    void* header = handle.header();
+    if (round == 0) {
+      (void)co_await handle;
+    } else {
+      handle.abort();
+      try {
+        (void)co_await handle;
+      } catch (spindle::task_cancelled const&) {
+      }
+    }
+    handle = {};  // the last reference: the block goes back to this worker's pool
+    std::coroutine_handle<> next = child(round).release();
+    if (static_cast<void*>(spindle::detail::task_header::of_frame(next.address())) == header)
+      ++reused;
+    next.destroy();
+  }
+  co_return reused;
+}
+
+TEST(TaskFrame, AFreedTaskGivesItsBlockBackUnderItsSize) {
+  spindle::runtime rt{{.workers = 1}};
+  EXPECT_EQ(spindle_test::run_on_worker(rt, reuse_after_free()), 2);
+}
+
 // Out of line: a frame created and destroyed in one function may be put on
 // the stack by clang (coroutine allocation elision), without operator new.
 [[gnu::noinline]] std::coroutine_handle<> unspawned_frame() {
@@ -393,15 +426,14 @@ TEST(TaskFrame, HeaderRoomIsInFrontOfEveryFrame) {
     task_header* header = task_header::of_frame(address);
     // The pool's block starts at the header and covers the frame.
     EXPECT_EQ(header->state.load(), 0u) << "an unspawned frame has an empty header";
-    EXPECT_GT(header->block_bytes, task_frame_prefix);
     EXPECT_EQ(header->frame_address(), static_cast<char*>(address));
-    std::size_t block = header->block_bytes;
     frame_pool_counters c0 = frame_pool_thread_counters();
     frame.destroy();  // an unspawned frame gives its whole block back
-    void* again = frame_allocate(block);
-    EXPECT_EQ(again, static_cast<void*>(header));
+    // The next frame of the same size takes the same block, header and all.
+    std::coroutine_handle<> again = unspawned_frame();
+    EXPECT_EQ(again.address(), address);
     EXPECT_EQ(frame_pool_thread_counters().pool_hits, c0.pool_hits + 1);
-    frame_deallocate(again, block);
+    again.destroy();
   });
 }
 

@@ -86,7 +86,8 @@ int file::release() noexcept {
 }
 
 task<file> file::open(std::filesystem::path path, int flags, mode_t mode) {
-  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::openat,
                                           .dir_fd = AT_FDCWD,
                                           .flags = flags | O_CLOEXEC,
                                           .mode = mode,
@@ -96,7 +97,8 @@ task<file> file::open(std::filesystem::path path, int flags, mode_t mode) {
 }
 
 task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode) {
-  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::openat,
                                           .dir_fd = dir_fd,
                                           .flags = flags | O_CLOEXEC,
                                           .mode = mode,
@@ -107,7 +109,8 @@ task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode
 
 task<file> file::open_at(int dir_fd, std::filesystem::path path, int flags, mode_t mode,
                          std::error_code& ec) {
-  int const r = co_await op_awaiter{io_op{.code = op_code::openat,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::openat,
                                           .dir_fd = dir_fd,
                                           .flags = flags | O_CLOEXEC,
                                           .mode = mode,
@@ -161,7 +164,8 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
       no_nowait_reads_.store(true, std::memory_order_relaxed);
     }
   }
-  int const r = co_await op_awaiter{io_op{.code = op_code::read,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::read,
                                           .fd = fd_,
                                           .buffer = buffer.data() + got,
                                           .length = length - got,
@@ -177,7 +181,8 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
 task<std::size_t> file::write_at(std::span<const std::byte> buffer, std::uint64_t offset) {
   if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::write_at: file not open");
   if (buffer.empty()) co_return 0;
-  int const r = co_await op_awaiter{io_op{.code = op_code::write,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::write,
                                           .fd = fd_,
                                           .buffer = const_cast<std::byte*>(buffer.data()),
                                           .length = clamp_length(buffer.size()),
@@ -189,7 +194,7 @@ task<std::size_t> file::write_at(std::span<const std::byte> buffer, std::uint64_
 task<file_status> file::stat() {
   if (fd_ < 0) throw_errno(EBADF, "spindle::io::file::stat: file not open");
   struct statx stx {};
-  int const r = co_await op_awaiter{io_op{.code = op_code::statx, .fd = fd_, .buffer = &stx}};
+  int const r = co_await op_awaiter{{}, io_op{.code = op_code::statx, .fd = fd_, .buffer = &stx}};
   if (r < 0) throw_errno(-r, "spindle::io::file::stat");
   file_status status;
   status.size = stx.stx_size;
@@ -203,7 +208,7 @@ task<void> file::close() {
   int const fd = std::exchange(fd_, -1);
   int r = 0;
   try {
-    r = co_await op_awaiter{io_op{.code = op_code::close, .fd = fd}};
+    r = co_await op_awaiter{{}, io_op{.code = op_code::close, .fd = fd}};
   } catch (...) {
     fd_ = fd;  // never submitted (awaited outside a spindle task): still ours
     throw;

@@ -195,7 +195,7 @@ using cancel_links =
 /// (>= 0 or -errno). Throws std::system_error(EPERM) when awaited outside a
 /// spindle task. When the task is aborted while suspended here, the op is
 /// cancelled as described in the file comment.
-struct op_awaiter {
+struct op_awaiter : spindle::detail::cancel_hook {
   io_op op;
   /// Handed to the driver and not resumed yet. When the frame is destroyed
   /// in that state (the task was aborted), what the op produced is released.
@@ -221,13 +221,13 @@ struct op_awaiter {
     pending = true;
     // Before submit: once the driver has the op this awaiter must not touch
     // it, and the hook may run as soon as this poll returns.
-    spindle::detail::set_cancel_hook(self, &op_awaiter::cancel_hook, &op);
+    spindle::detail::set_cancel_hook(self, this, &op_awaiter::on_cancel);
     if (spindle::detail::trace_active()) [[unlikely]] {
       spindle::detail::trace_io(self, spindle::detail::trace_kind::io_submit, op_name(op.code), 0);
     }
     if (drv->submit(op)) return true;  // `this` may be gone from here on
     // Completed at once: the task keeps running; this suspension never was.
-    spindle::detail::set_cancel_hook(self, nullptr, nullptr);
+    spindle::detail::clear_cancel_hook(self);
     return false;
   }
   int await_resume() noexcept {
@@ -235,9 +235,9 @@ struct op_awaiter {
     return op.result;
   }
 
-  static bool cancel_hook(void* arg) noexcept {
-    auto* op = static_cast<io_op*>(arg);
-    return op->owner->cancel(*op);
+  static bool on_cancel(spindle::detail::cancel_hook* hook) noexcept {
+    io_op& op = static_cast<op_awaiter*>(hook)->op;
+    return op.owner->cancel(op);
   }
 };
 

@@ -70,8 +70,13 @@ std::uint32_t clamp_length(std::size_t bytes) noexcept {
 /// The awaiter of one operation on the ring.
 op_awaiter ring_op(op_code code, int fd, int flags, void* buffer = nullptr,
                    std::uint32_t length = 0, void* addr = nullptr) {
-  return op_awaiter{io_op{
-      .code = code, .fd = fd, .flags = flags, .buffer = buffer, .length = length, .addr = addr}};
+  return op_awaiter{{},
+                    io_op{.code = code,
+                          .fd = fd,
+                          .flags = flags,
+                          .buffer = buffer,
+                          .length = length,
+                          .addr = addr}};
 }
 
 /// Waits until `fd` is ready for `events` (POLLIN or POLLOUT); yields the
@@ -476,7 +481,7 @@ namespace {
 /// Waits for the next descriptor of a listener's accept_queue (arming its
 /// multishot ACCEPT when idle). Yields a descriptor, -errno, or
 /// accept_queue::rearm.
-struct accept_wait {
+struct accept_wait : spindle::detail::cancel_hook {
   accept_queue* q;
   io::detail::uring_driver* driver;
   accept_waiter w{};
@@ -535,7 +540,7 @@ struct accept_wait {
       w.delivered = true;
       return false;
     }
-    spindle::detail::set_cancel_hook(self, &accept_wait::cancel_hook, this);
+    spindle::detail::set_cancel_hook(self, this, &accept_wait::on_cancel);
     return true;  // a wake comes (or came) for `w`, or the hook withdraws it
   }
   int await_resume() noexcept {
@@ -543,8 +548,8 @@ struct accept_wait {
     return w.result;
   }
 
-  static bool cancel_hook(void* arg) noexcept {
-    auto* self = static_cast<accept_wait*>(arg);
+  static bool on_cancel(spindle::detail::cancel_hook* hook) noexcept {
+    auto* self = static_cast<accept_wait*>(hook);
     std::lock_guard lock(self->q->mutex);
     if (!self->w.linked) return false;  // a result is on its way: the wake comes
     self->q->unlink(&self->w);

@@ -79,8 +79,8 @@ void child_set::on_complete(join_waiter* w) noexcept {
   if (wake_task != nullptr) wake(wake_task);
 }
 
-bool child_set::on_cancel(void* arg) noexcept {
-  auto* set = static_cast<child_set*>(arg);
+bool child_set::on_cancel(cancel_hook* hook) noexcept {
+  auto* set = static_cast<child_set*>(hook);
   std::lock_guard lock(set->mutex_);
   // Still registered: withdraw (the parent's frame is destroyed at once).
   // Else a completion took the parent and its wake is on the way.
@@ -115,11 +115,11 @@ bool child_set::awaiter::await_suspend(std::coroutine_handle<> caller) {
   }
   std::lock_guard lock(set->mutex_);
   if (set->satisfied()) {
-    set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
+    clear_cancel_hook(self);  // not suspending after all
     return false;
   }
   set->waiting_ = self;
-  set_cancel_hook(self, &child_set::on_cancel, set);
+  set_cancel_hook(self, set, &child_set::on_cancel);
   return true;
 }
 

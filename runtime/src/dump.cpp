@@ -7,7 +7,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "clock.hpp"
 #include "scheduler.hpp"
@@ -111,13 +111,8 @@ namespace {
 namespace sb = state_bits;
 
 worker::dump_entry entry_of(task_header* t) noexcept {
-  return worker::dump_entry{t,
-                            t->id,
-                            t->state.load(std::memory_order_acquire),
-                            t->spawn_ns,
-                            t->spawn_file,
-                            t->spawn_line,
-                            t->waits_on.load(std::memory_order_relaxed)};
+  return worker::dump_entry{t, t->state.load(std::memory_order_acquire), t->spawn_site,
+                            t->spawn_time, t->waits_on.load(std::memory_order_relaxed)};
 }
 
 // A queue entry's task, unless the entry is stale (CLAIMED: the task was
@@ -213,18 +208,15 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
     if (!answered[i]) d.unanswered_workers.push_back(i);
   }
   // One entry per task: a task may be both listed and queued (woken after a
-  // suspension), or seen twice while it moved. A block reused by a newer
-  // task has another id.
-  std::unordered_map<task_header const*, std::uint64_t> seen;
+  // suspension), or seen twice while it moved (the first report is kept).
+  std::unordered_set<task_header const*> seen;
   seen.reserve(found.size());
-  std::uint64_t const now = steady_now_ns();
+  std::uint32_t const now = static_cast<std::uint32_t>(steady_now_ns() >> spawn_time_shift);
   d.tasks.reserve(found.size());
   for (worker::dump_entry const& e : found) {
-    auto [it, fresh] = seen.try_emplace(e.task, e.id);
-    if (!fresh && it->second == e.id) continue;
-    it->second = e.id;
+    if (!seen.insert(e.task).second) continue;
     task_snapshot t;
-    t.id = e.id;
+    t.id = task_id(e.task);
     t.waits_on = e.waits_on;
     if ((e.state & sb::running) != 0) {
       t.state = task_run_state::running;
@@ -234,19 +226,17 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
       t.state = e.waits_on == wait_kind::io ? task_run_state::blocked_in_driver
                                             : task_run_state::suspended;
     }
-    t.spawned_at = spawn_location{e.file, e.line};
-    t.age = std::chrono::nanoseconds(now > e.spawn_ns ? now - e.spawn_ns : 0);
+    t.spawned_at = site_location(e.spawn_site);
+    // Modulo 2^32 units: right for ages below about 52 days.
+    std::uint32_t const age = now - e.spawn_time;
+    t.age = std::chrono::nanoseconds(static_cast<std::uint64_t>(age < 0x80000000U ? age : 0)
+                                     << spawn_time_shift);
     d.tasks.push_back(t);
   }
-  std::sort(d.tasks.begin(), d.tasks.end(),
-            [](task_snapshot const& a, task_snapshot const& b) { return a.id < b.id; });
-  // The same id twice (a task reported by two sources under different
-  // blocks cannot happen; two reports of one task moved between sources
-  // can): keep the first.
-  d.tasks.erase(
-      std::unique(d.tasks.begin(), d.tasks.end(),
-                  [](task_snapshot const& a, task_snapshot const& b) { return a.id == b.id; }),
-      d.tasks.end());
+  // Oldest first: the ones a hang has kept waiting longest.
+  std::sort(d.tasks.begin(), d.tasks.end(), [](task_snapshot const& a, task_snapshot const& b) {
+    return a.age != b.age ? a.age > b.age : a.id < b.id;
+  });
   d.took = std::chrono::nanoseconds(steady_now_ns() - start);
   return d;
 }

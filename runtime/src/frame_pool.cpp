@@ -220,16 +220,19 @@ void* task_frame_allocate(std::size_t bytes) {
   std::size_t total = task_frame_prefix + bytes;
   void* block = pool_allocate(total);
   // An empty header: state 0 says "never spawned" to task_frame_deallocate.
-  auto* header = ::new (block) task_header;
-  header->block_bytes = static_cast<std::uint32_t>(total);
+  ::new (block) task_header;
   return static_cast<char*>(block) + task_frame_prefix;
 }
 
 void task_frame_deallocate(void* frame, std::size_t bytes) noexcept {
   task_header* header = task_header::of_frame(frame);
   // A spawned frame's block belongs to its header (state != 0 from the spawn
-  // until the block is freed): scheduler::free_task frees it.
-  if (header->state.load(std::memory_order_acquire) != 0) return;
+  // until the block is freed): scheduler::free_task frees it, and finds the
+  // block's size where the frame was (the header has no field for it).
+  if (header->state.load(std::memory_order_acquire) != 0) {
+    ::new (frame) std::size_t(task_frame_prefix + bytes);
+    return;
+  }
   header->~task_header();
   pool_deallocate(header, task_frame_prefix + bytes);
 }

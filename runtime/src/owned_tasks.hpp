@@ -46,12 +46,18 @@ using owned_links =
 
 class owned_tasks {
  public:
-  explicit owned_tasks(std::size_t shards) : count_(shards), shards_(new shard[shards]) {}
+  /// At most max_shards lists: with more workers, shard indexes share lists
+  /// (index modulo the count), as the header keeps the index in one byte.
+  static constexpr std::size_t max_shards = 256;
+  explicit owned_tasks(std::size_t shards)
+      : count_(shards < max_shards ? shards : max_shards), shards_(new shard[count_]) {}
 
   /// Links a new task into shard `shard_index`. Returns false (and links
   /// nothing) once the runtime is closed: a spawn racing close() is refused
   /// or listed, never lost.
   [[nodiscard]] bool insert(task_header* task, std::size_t shard_index) noexcept {
+    if (shard_index >= count_) [[unlikely]]
+      shard_index %= count_;
     shard& s = shards_[shard_index];
     s.lock();
     if (s.closed) {
@@ -66,6 +72,8 @@ class owned_tasks {
   /// Links a task that exists already (spawned on a worker, now suspended,
   /// or found in a queue at shutdown). Never refuses.
   void link(task_header* task, std::size_t shard_index) noexcept {
+    if (shard_index >= count_) [[unlikely]]
+      shard_index %= count_;
     shard& s = shards_[shard_index];
     s.lock();
     link_locked(s, task, shard_index);
@@ -168,7 +176,7 @@ class owned_tasks {
     void unlock() noexcept { locked.store(false, std::memory_order_release); }
   };
   static void link_locked(shard& s, task_header* task, std::size_t shard_index) noexcept {
-    task->owned_list = static_cast<std::uint16_t>(shard_index);
+    task->owned_list = static_cast<std::uint8_t>(shard_index);
     owned_links::push_front(s.head, task);
     task->listed = true;
     ++s.tasks;

@@ -322,15 +322,14 @@ void process_base::drain() noexcept {
   tail.store(&stub, std::memory_order_relaxed);
 }
 
-bool receive_cancel_hook(void* block) noexcept {
-  auto* b = static_cast<process_base*>(block);
+bool receive_cancel_hook(process_base* b) noexcept {
   // Won from 0: nobody will wake it. Otherwise a sender's wake is coming.
   if (b->word.fetch_add(1, std::memory_order_acq_rel) != 0) return false;
   park_withdrawn(b);
   return true;
 }
 
-bool timed_receive_cancel_hook(void* awaiter) noexcept {
+bool timed_receive_cancel_hook(cancel_hook* awaiter) noexcept {
   auto* a = static_cast<timed_receive_base*>(awaiter);
   if (a->armed) {
     if (!timer_disarm(a->entry)) return false;  // fired: it set the bit and woke (or lost)
@@ -344,9 +343,9 @@ bool timed_receive_cancel_hook(void* awaiter) noexcept {
 
 bool timed_receive_base::suspend(task_header* self,
                                  std::chrono::steady_clock::time_point deadline) {
-  set_cancel_hook(self, &timed_receive_cancel_hook, this);
+  set_cancel_hook(self, this, &timed_receive_cancel_hook);
   if (!block->try_park()) {
-    set_cancel_hook(self, nullptr, nullptr);
+    clear_cancel_hook(self);
     return false;
   }
   parked = true;
@@ -359,7 +358,7 @@ bool timed_receive_base::suspend(task_header* self,
   // Already due: take the park back, unless a sender won meanwhile.
   bit_set = true;
   if (block->word.fetch_add(1, std::memory_order_acq_rel) == 0) {
-    set_cancel_hook(self, nullptr, nullptr);
+    clear_cancel_hook(self);
     return false;
   }
   return true;

@@ -126,7 +126,6 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       owned_(config_.workers + 1),
       blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
-  remote_next_id_.store(worker::id_step | config_.workers, std::memory_order_relaxed);
   sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll : 0;
   std::size_t n = config_.workers;
   driver_ = make_driver(host_, config_);
@@ -243,25 +242,21 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   task->sched = this;
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
-  // For dump(): ids unique in this runtime without a shared counter
-  // (worker::next_id), and a worker's spawn takes its tick's start as the
-  // spawn time instead of reading the clock.
-  task->spawn_file = where.file;
-  task->spawn_line = where.line;
+  // For dump(): where, and when. A worker's spawn takes its tick's start
+  // as the spawn time instead of reading the clock.
+  task->spawn_site = spawn_site_of(where);
   if (w != nullptr) {
-    task->id = w->next_id;
-    w->next_id += worker::id_step;
-    task->spawn_ns = w->tick_start_ns;
+    task->spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
   } else {
-    task->id = remote_next_id_.fetch_add(worker::id_step, std::memory_order_relaxed);
     // The coarse monotonic clock (the same clock as steady_clock, read at
     // the last scheduler tick of the kernel: a few ms behind at most): a
     // full clock read costs a spawn from outside a third more where the
     // clock source is slow (measured on spawn_many_remote_idle).
     timespec now{};
     ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    task->spawn_ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
-                     static_cast<std::uint64_t>(now.tv_nsec);
+    std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
+                             static_cast<std::uint64_t>(now.tv_nsec);
+    task->spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
   }
 
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached

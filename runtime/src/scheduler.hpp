@@ -191,9 +191,6 @@ class scheduler final : public core_platform {
   // Written by spawns and completions off the workers: a line apart from
   // shutdown_ and the driver pointer, which every worker reads per poll.
   alignas(64) std::atomic<std::uint64_t> remote_spawned_{0};
-  // The id of the next spawn off the workers (scheduler::spawn; set by the
-  // constructor to worker::id_step | worker count).
-  std::atomic<std::uint64_t> remote_next_id_{0};
   // Completions off the workers (block_on threads, abort_here); the workers
   // count theirs in worker_counters::completed.
   std::atomic<std::uint64_t> remote_completed_{0};

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <utility>
 
 #include "scheduler.hpp"
@@ -50,9 +51,10 @@ std::mutex& unobserved_lock() noexcept {
 
 // The hook of a suspension whose awaiter cannot withdraw: abort waits for
 // the wake and destroys the frame then.
-bool never_detached(void* /*arg*/) noexcept {
+bool never_detached(cancel_hook* /*hook*/) noexcept {
   return false;
 }
+cancel_hook never_detached_hook{&never_detached};
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -65,8 +67,7 @@ bool never_detached(void* /*arg*/) noexcept {
   if (task != nullptr) {
     task->resume_point = resume_at;
     task->waits_on.store(wait_kind::other, std::memory_order_relaxed);
-    task->cancel_fn = &never_detached;
-    task->cancel_arg = nullptr;
+    task->cancel = &never_detached_hook;
   }
   return task;
 }
@@ -227,7 +228,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   std::uint32_t const outer_budget = ctx.sync_io_budget;
   ctx.current = task;
   ctx.sync_io_budget = sync_io_per_poll_;
-  task->cancel_fn = nullptr;  // until an awaiter says how to withdraw
+  task->cancel = nullptr;  // until an awaiter says how to withdraw
   // Tracing (trace.hpp): the one branch of the poll's span, off the path.
   if (ctx.trace == nullptr) [[likely]] {
     task->resume_point.resume();
@@ -273,8 +274,8 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
 }
 
 void scheduler::resume_traced(task_header* task, trace_ring* trace) noexcept {
-  // The task may be freed once its poll ended: its id is read first.
-  std::uint64_t const id = task->id;
+  // The task may be freed once its poll ended: its id is taken first.
+  std::uint64_t const id = task_id(task);
   std::uint64_t const start = steady_now_ns();
   task->resume_point.resume();
   trace->push({start, steady_now_ns() - start, id, 0, nullptr, trace_kind::poll});
@@ -320,8 +321,8 @@ abort_here_result scheduler::abort_here(task_header* task) noexcept {
       break;
   }
   // Suspended: withdraw it from its waker, as abort() does.
-  bool (*fn)(void*) noexcept = task->cancel_fn;
-  if (fn != nullptr && !fn(task->cancel_arg)) {
+  cancel_hook* hook = task->cancel;
+  if (hook != nullptr && !hook->withdraw(hook)) {
     // Its wake is still coming: leave the task to it, unless it came while
     // we held the task (NOTIFIED): then nothing else will wake it.
     if (task_state::release_to_pending_wake(task)) return abort_here_result::pending;
@@ -340,8 +341,8 @@ void scheduler::destroy_frame(task_header* task) noexcept {
 
 void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
   // The caller holds RUNNING on a suspended task with CANCELLED set.
-  bool (*fn)(void*) noexcept = task->cancel_fn;
-  bool detached = fn == nullptr || fn(task->cancel_arg);
+  cancel_hook* hook = task->cancel;
+  bool detached = hook == nullptr || hook->withdraw(hook);
   if (detached && w != nullptr) {
     cancel_task(task, w);  // on a worker: destroy the frame now
     return;
@@ -404,7 +405,9 @@ void scheduler::free_task(task_header* task) noexcept {
   // The state is not 0 (COMPLETE at least), so destroying the frame leaves
   // its block to us.
   if (auto root = task->frame()) root.destroy();
-  std::size_t bytes = task->block_bytes;
+  // The frame's deallocation left the block's size where the frame was
+  // (task_frame_deallocate).
+  std::size_t bytes = *std::launder(reinterpret_cast<std::size_t const*>(task->frame_address()));
   task->~task_header();
   frame_deallocate(task, bytes);
 }

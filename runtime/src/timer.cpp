@@ -69,7 +69,7 @@ std::size_t scheduler::fire_timers(worker* w) noexcept {
   std::size_t n = shard.fired.size();
   for (task_header* task : shard.fired) {
     if (w->trace != nullptr) [[unlikely]] {
-      w->trace->push({steady_now_ns(), 0, task->id, 0, nullptr, trace_kind::timer_fire});
+      w->trace->push({steady_now_ns(), 0, task_id(task), 0, nullptr, trace_kind::timer_fire});
     }
     wake(task);
   }

@@ -150,7 +150,7 @@ void tracer::write() noexcept {
 void trace_io(task_header* task, trace_kind kind, char const* op, std::int64_t result) noexcept {
   scheduler* sched = task->sched;
   if (sched == nullptr) return;
-  trace_record const r{steady_now_ns(), 0, task->id, result, op, kind};
+  trace_record const r{steady_now_ns(), 0, task_id(task), result, op, kind};
   thread_context const& ctx = this_thread_context();
   if (ctx.sched == sched && ctx.trace != nullptr) {
     ctx.trace->push(r);

@@ -39,7 +39,7 @@ struct worker {
   // 1 ms / 50 us assumed per poll.
   static constexpr std::uint32_t initial_global_interval = 20;
 
-  worker(std::size_t i, std::uint64_t seed) noexcept : index(i), rng(seed), next_id(id_step | i) {
+  worker(std::size_t i, std::uint64_t seed) noexcept : index(i), rng(seed) {
     // The stats report the interval in use from the start, not 0 until the
     // first tick ends (a snapshot can see polls before their tick's end).
     counters.global_check_interval.store(global_interval, std::memory_order_relaxed);
@@ -93,12 +93,6 @@ struct worker {
   /// steady_clock ns at the start of the current tick: the spawn time of
   /// the tasks spawned in it (runtime::dump()'s age).
   std::uint64_t tick_start_ns = 0;
-  /// Task ids (scheduler::spawn): the id of this worker's next spawn. Ids
-  /// count up in steps of id_step from the worker's index, so that they are
-  /// unique in the runtime without a shared counter (the low 16 bits say
-  /// which shard: worker index, or the worker count for other threads).
-  static constexpr std::uint64_t id_step = std::uint64_t{1} << 16;
-  std::uint64_t next_id;
 
   /// runtime::dump(): the last request this worker answered (owner only),
   /// the request its answer in `dump_found` is for (release; the dumping
@@ -107,11 +101,9 @@ struct worker {
   std::atomic<std::uint64_t> dump_ack{0};
   struct dump_entry {
     task_header* task;
-    std::uint64_t id;
     std::uint64_t state;
-    std::uint64_t spawn_ns;
-    char const* file;
-    std::uint32_t line;
+    std::uint64_t spawn_site;
+    std::uint32_t spawn_time;
     wait_kind waits_on;
   };
   std::vector<dump_entry> dump_found;

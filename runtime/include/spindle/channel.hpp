@@ -146,7 +146,7 @@ class channel {
 
   /// The awaiter of send(): completes when the value is buffered or handed
   /// to a receiver; throws channel_closed when the channel is closed first.
-  class [[nodiscard]] send_awaiter : send_node {
+  class [[nodiscard]] send_awaiter : send_node, detail::cancel_hook {
    public:
     /// An awaiter that sends `v` (moved in) on `ch` when awaited.
     send_awaiter(channel& ch, T&& v) noexcept : ch_(&ch), value_(std::move(v)) {
@@ -178,10 +178,10 @@ class channel {
         this->task = self;
         ch_->senders_.push_back(this);
         suspended_ = true;
-        detail::set_cancel_hook(self, &send_awaiter::on_cancel, this);
+        detail::set_cancel_hook(self, this, &send_awaiter::on_cancel);
         return true;
       }
-      detail::set_cancel_hook(self, nullptr, nullptr);
+      detail::clear_cancel_hook(self);
       return false;
     }
     /// Awaiter protocol: throws channel_closed if the value was not sent.
@@ -191,8 +191,8 @@ class channel {
     }
 
    private:
-    static bool on_cancel(void* arg) noexcept {
-      auto* self = static_cast<send_awaiter*>(arg);
+    static bool on_cancel(detail::cancel_hook* hook) noexcept {
+      auto* self = static_cast<send_awaiter*>(hook);
       std::lock_guard lock{self->ch_->mutex_};
       return self->ch_->senders_.remove(self);
     }
@@ -247,7 +247,7 @@ class channel {
 
   /// The awaiter of recv(): yields the next value, or std::nullopt once the
   /// channel is closed and drained.
-  class [[nodiscard]] recv_awaiter : recv_node {
+  class [[nodiscard]] recv_awaiter : recv_node, detail::cancel_hook {
    public:
     /// An awaiter that receives from `ch` when awaited.
     explicit recv_awaiter(channel& ch) noexcept : ch_(&ch) {}
@@ -274,10 +274,10 @@ class channel {
         this->task = self;
         ch_->receivers_.push_back(this);
         suspended_ = true;
-        detail::set_cancel_hook(self, &recv_awaiter::on_cancel, this);
+        detail::set_cancel_hook(self, this, &recv_awaiter::on_cancel);
         return true;
       }
-      detail::set_cancel_hook(self, nullptr, nullptr);
+      detail::clear_cancel_hook(self);
       return false;
     }
     /// The value, or std::nullopt when the channel is closed and drained.
@@ -287,8 +287,8 @@ class channel {
     }
 
    private:
-    static bool on_cancel(void* arg) noexcept {
-      auto* self = static_cast<recv_awaiter*>(arg);
+    static bool on_cancel(detail::cancel_hook* hook) noexcept {
+      auto* self = static_cast<recv_awaiter*>(hook);
       std::lock_guard lock{self->ch_->mutex_};
       return self->ch_->receivers_.remove(self);
     }

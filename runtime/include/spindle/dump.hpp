@@ -6,12 +6,12 @@
 //   std::string json = d.to_json();  // the same as a JSON object
 //
 // Shape: one task_snapshot per live (spawned, not yet finished) task: its
-// id (unique in its runtime), its state (queued, running, suspended, or
+// id (unique among the live tasks), its state (queued, running, suspended, or
 // suspended on an I/O operation in the driver), what it waits on when
 // suspended (the kind of awaiter: spindle/task_info.hpp), the file and line
 // of its spawn, and its age (since the spawn; a worker's spawn is timed at
-// the start of the worker's tick, so ages are exact to a tick, about a
-// millisecond at most).
+// the start of the worker's tick, and ages are kept in units of 2^20 ns:
+// exact to about 2 ms).
 //
 // How it is taken, and what it costs the workers: no worker is ever stopped
 // as a whole. dump() walks the owned-task lists (every task that has been
@@ -66,7 +66,9 @@ enum class task_run_state : std::uint8_t {
 
 /// One live task in a runtime_dump.
 struct task_snapshot {
-  std::uint64_t id = 0;  ///< unique among the tasks of its runtime
+  /// Unique among the live tasks (the task header's address / 16: a task
+  /// spawned after another ended may reuse its id); traces use the same.
+  std::uint64_t id = 0;
   task_run_state state = task_run_state::queued;
   /// What it waits on: meaningful for suspended and blocked_in_driver
   /// tasks (none: never suspended yet; yield: it yielded and is queued).
@@ -77,7 +79,7 @@ struct task_snapshot {
 
 /// A snapshot of a runtime's live tasks (runtime::dump()).
 struct runtime_dump {
-  std::vector<task_snapshot> tasks;  ///< ordered by id
+  std::vector<task_snapshot> tasks;  ///< oldest first (then by id)
   std::size_t workers = 0;           ///< the runtime's worker count
   /// Workers that did not report their queues within the timeout (see the
   /// file comment), by index.

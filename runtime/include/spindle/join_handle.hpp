@@ -82,7 +82,7 @@ class [[nodiscard]] join_handle {
 
   /// The awaiter of `co_await h`: runs a task that is queued but not started
   /// inline, else suspends until it completes.
-  struct awaiter : detail::join_waiter {
+  struct awaiter : detail::join_waiter, detail::cancel_hook {
     join_handle* handle;                  ///< the handle awaited
     detail::task_header* self = nullptr;  ///< the awaiting task, once suspended
 
@@ -106,15 +106,15 @@ class [[nodiscard]] join_handle {
       }
       // Not started yet and queued here: run it now, nested in this poll.
       if (detail::run_inline(handle->task_)) {
-        detail::set_cancel_hook(self, nullptr, nullptr);
+        detail::clear_cancel_hook(self);
         return false;
       }
       notify = &awaiter::on_complete;
       if (!detail::join_register(handle->task_, this)) {
-        detail::set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
+        detail::clear_cancel_hook(self);  // not suspending after all
         return false;
       }
-      detail::set_cancel_hook(self, &awaiter::on_cancel, this);
+      detail::set_cancel_hook(self, this, &awaiter::on_cancel);
       return true;
     }
     /// Awaiter protocol: take().
@@ -126,8 +126,8 @@ class [[nodiscard]] join_handle {
     }
     /// Internal: the awaiting task is aborted; withdraws the registration
     /// unless the completion is already notifying it.
-    static bool on_cancel(void* self) noexcept {
-      return detail::join_unregister(static_cast<awaiter*>(self)->handle->task_);
+    static bool on_cancel(detail::cancel_hook* hook) noexcept {
+      return detail::join_unregister(static_cast<awaiter*>(hook)->handle->task_);
     }
   };
 

@@ -163,7 +163,7 @@ class oneshot_receiver {
   ~oneshot_receiver() { drop(); }
 
   /// The awaiter of `co_await rx`: yields the value once it is sent.
-  class [[nodiscard]] awaiter : detail::wait_node {
+  class [[nodiscard]] awaiter : detail::wait_node, detail::cancel_hook {
    public:
     /// An awaiter of `*rx`.
     explicit awaiter(oneshot_receiver* rx) noexcept : rx_(rx) {}
@@ -198,14 +198,14 @@ class oneshot_receiver {
       state_ = rx_->state_.get();
       std::lock_guard lock{state_->mutex};
       if (state_->value || state_->sender_done) {
-        detail::set_cancel_hook(self, nullptr, nullptr);
+        detail::clear_cancel_hook(self);
         return false;
       }
       this->task = self;
       this->linked = true;
       state_->waiter = this;
       suspended_ = true;
-      detail::set_cancel_hook(self, &awaiter::on_cancel, this);
+      detail::set_cancel_hook(self, this, &awaiter::on_cancel);
       return true;
     }
     /// Awaiter protocol: the value (consuming the receiver); throws
@@ -216,8 +216,8 @@ class oneshot_receiver {
     }
 
    private:
-    static bool on_cancel(void* arg) noexcept {
-      auto* self = static_cast<awaiter*>(arg);
+    static bool on_cancel(detail::cancel_hook* hook) noexcept {
+      auto* self = static_cast<awaiter*>(hook);
       std::lock_guard lock{self->state_->mutex};
       if (self->state_->waiter != self) return false;  // a wake is on its way
       self->state_->waiter = nullptr;

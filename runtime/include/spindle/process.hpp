@@ -323,12 +323,12 @@ void pid_release(std::uint64_t value) noexcept;
 void process_task_done(join_waiter* self) noexcept;
 [[nodiscard]] process_state pid_state(std::uint64_t value) noexcept;
 /// The receiver's cancel hook while parked in receive.
-bool receive_cancel_hook(void* block) noexcept;
+bool receive_cancel_hook(process_base* block) noexcept;
 /// The same for receive_for (`awaiter` is a timed_receive_base).
-bool timed_receive_cancel_hook(void* awaiter) noexcept;
+bool timed_receive_cancel_hook(cancel_hook* awaiter) noexcept;
 
 /// The timer half of receive_for.
-struct timed_receive_base {
+struct timed_receive_base : cancel_hook {
   process_base* block = nullptr;
   timer_entry entry;
   bool armed = false;
@@ -386,7 +386,7 @@ class process_context : private detail::process_block<Msg> {
 
 /// Awaiter of process_context::receive().
 template <class Msg>
-class process_context<Msg>::receive_awaiter {
+class process_context<Msg>::receive_awaiter : detail::cancel_hook {
  public:
   /// Awaits the mailbox of process block `b` (made by receive()).
   explicit receive_awaiter(detail::process_block<Msg>* b) noexcept : b_(b) {}
@@ -396,9 +396,9 @@ class process_context<Msg>::receive_awaiter {
   /// then, and the process goes on at once.
   bool await_suspend(std::coroutine_handle<> caller) noexcept {
     detail::task_header* self = detail::suspend_current(caller);
-    detail::set_cancel_hook(self, &detail::receive_cancel_hook, b_);
+    detail::set_cancel_hook(self, this, &receive_awaiter::on_cancel);
     if (!b_->try_park()) {
-      detail::set_cancel_hook(self, nullptr, nullptr);
+      detail::clear_cancel_hook(self);
       return false;
     }
     return true;
@@ -413,6 +413,10 @@ class process_context<Msg>::receive_awaiter {
   }
 
  private:
+  static bool on_cancel(detail::cancel_hook* hook) noexcept {
+    return detail::receive_cancel_hook(static_cast<receive_awaiter*>(hook)->b_);
+  }
+
   detail::process_block<Msg>* b_;
 };
 

@@ -64,7 +64,7 @@ struct stop_here {
   bool await_suspend(std::coroutine_handle<> caller) const noexcept {
     task_header* self = suspend_current(caller, wait_kind::stop);
     if (self == nullptr) return false;
-    set_cancel_hook(self, nullptr, nullptr);  // nothing to withdraw from
+    clear_cancel_hook(self);  // nothing to withdraw from
     return true;
   }
   void await_resume() const noexcept {}

@@ -60,7 +60,7 @@ namespace detail {
 
 /// The awaiter of sleep_for / sleep_until. Movable before it is awaited (so
 /// that spawn(sleep_for(d)) can move it into a task), never copyable.
-class [[nodiscard]] sleep_awaiter {
+class [[nodiscard]] sleep_awaiter : detail::cancel_hook {
  public:
   /// An awaiter that resumes its task at `deadline` (steady_clock); one
   /// already due completes without suspending.
@@ -94,9 +94,9 @@ class [[nodiscard]] sleep_awaiter {
     if (self == nullptr)
       detail::throw_outside_task("spindle: sleep awaited outside a spindle task");
     entry_.task = self;
-    detail::set_cancel_hook(self, &sleep_awaiter::on_cancel, this);
+    detail::set_cancel_hook(self, this, &sleep_awaiter::on_cancel);
     if (!detail::timer_arm(entry_, deadline_)) {
-      detail::set_cancel_hook(self, nullptr, nullptr);
+      detail::clear_cancel_hook(self);
       return false;  // already due
     }
     armed_ = true;
@@ -106,8 +106,8 @@ class [[nodiscard]] sleep_awaiter {
   void await_resume() noexcept { armed_ = false; }
 
  private:
-  static bool on_cancel(void* self) noexcept {
-    auto* a = static_cast<sleep_awaiter*>(self);
+  static bool on_cancel(detail::cancel_hook* hook) noexcept {
+    auto* a = static_cast<sleep_awaiter*>(hook);
     if (!detail::timer_disarm(a->entry_)) return false;  // fired: its wake is coming
     a->armed_ = false;
     return true;
@@ -140,7 +140,7 @@ namespace detail {
 /// Waits for the first of: `child` completes, or `deadline`. Resumes with
 /// true when the child is complete. Both wake sources bump `claim_`; the
 /// first to bump it from 0 wakes the task. Intrusive: no allocation.
-class join_or_deadline : join_waiter {
+class join_or_deadline : join_waiter, cancel_hook {
  public:
   join_or_deadline(task_header* child, std::chrono::steady_clock::time_point deadline) noexcept
       : child_(child), deadline_(deadline) {
@@ -161,9 +161,9 @@ class join_or_deadline : join_waiter {
     self_ = self;
     entry_.task = self;
     entry_.claim = &claim_;
-    set_cancel_hook(self, &join_or_deadline::on_cancel, this);
+    set_cancel_hook(self, this, &join_or_deadline::on_cancel);
     if (!join_register(child_, this)) {
-      set_cancel_hook(self, nullptr, nullptr);
+      clear_cancel_hook(self);
       return false;  // completed meanwhile
     }
     join_registered_ = true;
@@ -175,7 +175,7 @@ class join_or_deadline : join_waiter {
     // completion is notifying us right now (then it wakes us).
     if (join_unregister(child_)) {
       join_registered_ = false;
-      set_cancel_hook(self, nullptr, nullptr);
+      clear_cancel_hook(self);
       return false;
     }
     return true;
@@ -213,8 +213,8 @@ class join_or_deadline : join_waiter {
     if (self->claim_.fetch_add(1, std::memory_order_acq_rel) == 0) wake(task);
   }
 
-  static bool on_cancel(void* arg) noexcept {
-    auto* self = static_cast<join_or_deadline*>(arg);
+  static bool on_cancel(cancel_hook* hook) noexcept {
+    auto* self = static_cast<join_or_deadline*>(hook);
     self->withdraw();
     // Nothing fired: nothing will wake the task, destroy it now. Otherwise
     // the first source to fire wakes it and the frame is destroyed then.

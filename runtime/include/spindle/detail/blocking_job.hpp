@@ -89,7 +89,7 @@ concept blocking_callable = std::constructible_from<std::decay_t<F>, F> &&
       std::move_constructible<blocking_result_t<F>>));
 
 template <class R, class F>
-class blocking_awaiter final : public blocking_job {
+class blocking_awaiter final : public blocking_job, cancel_hook {
  public:
   explicit blocking_awaiter(std::optional<F>& fn) noexcept : fn_(fn) {
     run = &blocking_awaiter::run_job;
@@ -107,13 +107,13 @@ class blocking_awaiter final : public blocking_job {
     task = self;
     // Before submit: once the pool has the job this awaiter must not touch
     // it, and the hook may run as soon as this poll returns.
-    set_cancel_hook(self, &blocking_awaiter::cancel_hook, static_cast<blocking_job*>(this));
+    set_cancel_hook(self, this, &blocking_awaiter::on_cancel);
     blocking_submit const r = submit_blocking(self->sched, *this);
     // Queued: `this` may be gone from here on. Shutting down: the task stays
     // suspended until the runtime destroys it (its handle reports
     // task_cancelled), like every task the shutdown finds unfinished.
     if (r != blocking_submit::no_thread) return true;
-    set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
+    clear_cancel_hook(self);  // not suspending after all
     throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
                             "spindle::spawn_blocking: cannot start a blocking-pool thread");
   }
@@ -145,8 +145,8 @@ class blocking_awaiter final : public blocking_job {
     // returns, on this thread, not when the join handle goes.
     self->fn_.reset();
   }
-  static bool cancel_hook(void* job) noexcept {
-    return cancel_blocking(*static_cast<blocking_job*>(job));
+  static bool on_cancel(cancel_hook* hook) noexcept {
+    return cancel_blocking(*static_cast<blocking_awaiter*>(hook));
   }
 
   std::optional<F>& fn_;  // run_blocking's parameter (same frame); empty once run

@@ -50,7 +50,7 @@
 
 namespace spindle::detail {
 
-class child_set {
+class child_set : cancel_hook {
  public:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
@@ -142,7 +142,7 @@ class child_set {
 
  private:
   static void on_complete(join_waiter* w) noexcept;
-  static bool on_cancel(void* arg) noexcept;
+  static bool on_cancel(cancel_hook* hook) noexcept;
   [[nodiscard]] bool satisfied() const noexcept { return pending_ == 0; }
   void unlink_pending(node* n) noexcept;
   void push_done(node* n) noexcept;

@@ -31,7 +31,7 @@ void frame_deallocate(void* block, std::size_t bytes) noexcept;
 
 /// Bytes in front of every spindle::task coroutine frame, where the task's
 /// header goes if the frame is spawned (sizeof(detail::task_header)).
-inline constexpr std::size_t task_frame_prefix = 112;
+inline constexpr std::size_t task_frame_prefix = 80;
 
 /// operator new of task<T> frames: a block of task_frame_prefix + `bytes`
 /// bytes from the pool, with an empty task header in front; returns the

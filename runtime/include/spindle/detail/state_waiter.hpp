@@ -42,7 +42,7 @@
 namespace spindle::detail {
 
 template <class State>
-class state_waiter : wait_node {
+class state_waiter : wait_node, cancel_hook {
  public:
   state_waiter(state_waiter const&) = delete;
   state_waiter& operator=(state_waiter const&) = delete;
@@ -66,13 +66,13 @@ class state_waiter : wait_node {
     state_ = state;
     std::lock_guard lock{state_->mutex};
     if (ready()) {
-      set_cancel_hook(self, nullptr, nullptr);
+      clear_cancel_hook(self);
       return false;
     }
     this->task = self;
     state_->waiters.push_back(this);
     suspended_ = true;
-    set_cancel_hook(self, &state_waiter::on_cancel, this);
+    set_cancel_hook(self, this, &state_waiter::on_cancel);
     return true;
   }
 
@@ -84,8 +84,8 @@ class state_waiter : wait_node {
   }
 
  private:
-  static bool on_cancel(void* arg) noexcept {
-    auto* self = static_cast<state_waiter*>(arg);
+  static bool on_cancel(cancel_hook* hook) noexcept {
+    auto* self = static_cast<state_waiter*>(hook);
     std::lock_guard lock{self->state_->mutex};
     return self->state_->waiters.remove(self);
   }

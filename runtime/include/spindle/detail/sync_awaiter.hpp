@@ -110,7 +110,7 @@ class sync_waiters {
 };
 
 template <class Primitive, class Node = sync_node>
-class sync_awaiter : protected Node {
+class sync_awaiter : protected Node, cancel_hook {
  public:
   explicit sync_awaiter(Primitive& p) noexcept : prim_(&p) {}
   sync_awaiter(sync_awaiter const&) = delete;
@@ -136,14 +136,14 @@ class sync_awaiter : protected Node {
     wake_batch wakes;  // destroyed after the lock guard: wakes outside the lock
     std::lock_guard<std::mutex> guard(prim_->state_lock_);
     if (prim_->take_locked(*this, wakes)) {
-      set_cancel_hook(self, nullptr, nullptr);  // not suspending after all
+      clear_cancel_hook(self);  // not suspending after all
       return false;
     }
     this->task = self;
     this->status = wait_status::waiting;
     suspended_ = true;
     prim_->waiters_.push_back(this);
-    set_cancel_hook(self, &sync_awaiter::on_cancel, this);
+    set_cancel_hook(self, this, &sync_awaiter::on_cancel);
     return true;
   }
 
@@ -174,8 +174,8 @@ class sync_awaiter : protected Node {
 
  private:
   // The task is aborted while suspended here (the aborting thread holds it).
-  static bool on_cancel(void* arg) noexcept {
-    auto* self = static_cast<sync_awaiter*>(arg);
+  static bool on_cancel(cancel_hook* hook) noexcept {
+    auto* self = static_cast<sync_awaiter*>(hook);
     wake_batch wakes;
     std::lock_guard<std::mutex> guard(self->prim_->state_lock_);
     if (self->status != wait_status::waiting) return false;  // served: the wake is coming

@@ -1,6 +1,6 @@
 // The header of a spawned task and the calls awaiters make into the scheduler.
 //
-// Shape: one 112-byte header per spawned task, in front of its root coroutine
+// Shape: one 80-byte header per spawned task, in front of its root coroutine
 // frame in the same pool block (see task_header), so that a task costs one
 // allocation (header + frame) and a spawn none. Its `state` word packs the
 // scheduling bits and a reference count:
@@ -82,6 +82,16 @@ struct join_waiter {
   void (*notify)(join_waiter* self) noexcept = nullptr;
 };
 
+/// Embedded in an awaiter (as a base class): how to withdraw its suspension
+/// from its waker when the task is aborted. `withdraw(hook)` gets the hook
+/// back (static_cast it to the awaiter) and returns true when nothing will
+/// wake the task for this suspension any more, false when the wake will
+/// still come (see set_cancel_hook). Only the task's header points to it, so
+/// it costs the awaiter 8 bytes and the header one pointer, not two.
+struct cancel_hook {
+  bool (*withdraw)(cancel_hook* self) noexcept = nullptr;
+};
+
 /// The header of a spawned task. It lives at the start of the block that
 /// holds the task's root coroutine frame: every task<T> frame is allocated
 /// with task_frame_prefix bytes in front of it (task_frame_allocate), so a
@@ -97,14 +107,28 @@ struct alignas(16) task_header {
   scheduler* sched = nullptr;              ///< the runtime the task belongs to
   task_header* owned_prev = nullptr;       ///< owned-task list links (shutdown; see `listed`)
   task_header* owned_next = nullptr;
-  /// How to detach the current suspension from its waker when the task is
-  /// aborted (see set_cancel_hook). nullptr: suspended in an awaitable that
-  /// does not know spindle (nothing can wake it through the scheduler).
-  bool (*cancel_fn)(void* arg) noexcept = nullptr;
-  void* cancel_arg = nullptr;
-  std::uint32_t block_bytes = 0;             ///< the whole block (header + frame), bytes
-  std::uint16_t owned_list = 0;              ///< which owned-task list holds it
-  std::uint8_t promise_offset = 0;           ///< the root's promise_base, bytes after the frame
+  /// How to withdraw the current suspension from its waker when the task is
+  /// aborted (set_cancel_hook): a hook inside the awaiter, which lives in the
+  /// suspended frame for as long as the suspension does. nullptr: suspended
+  /// in an awaitable that does not know spindle (nothing can wake it through
+  /// the scheduler).
+  cancel_hook* cancel = nullptr;
+  /// Where the task was spawned, for runtime::dump(): the file name's
+  /// address in the low 48 bits (a string literal: user-space addresses fit
+  /// in 47 bits on x86-64 and 48 on AArch64; a file that does not fit is
+  /// recorded as unknown) and the line, saturated at 65535, in the high 16
+  /// (spawn_site_of / site_location). Written at the spawn, before the task
+  /// is published; left uninitialized until then.
+  std::uint64_t spawn_site;
+  /// The spawn's time for runtime::dump()'s age: steady_clock ns >> 20
+  /// (units of about 1.05 ms), modulo 2^32 (about 52 days). A worker's
+  /// spawn takes its tick's start instead of reading the clock.
+  std::uint32_t spawn_time;
+  std::uint8_t owned_list = 0;      ///< which owned-task list holds it (owned_tasks.hpp: < 256)
+  std::uint8_t promise_offset = 0;  ///< the root's promise_base, bytes after the frame
+  /// The awaiter of the current suspension (suspend_current), for
+  /// runtime::dump(); written by the task's poller, read relaxed by dump().
+  std::atomic<wait_kind> waits_on{wait_kind::none};
   bool cancelled_before_finish : 1 = false;  ///< the frame was destroyed, not finished
   /// In an owned-task list (owned_tasks.hpp): spawned from outside the
   /// workers, or suspended at least once. Written by whoever holds the task.
@@ -115,16 +139,6 @@ struct alignas(16) task_header {
   /// runtime_stats::detached_exceptions (scheduler::hold_unobserved). Written
   /// before COMPLETE is published, then read by the handle's owner.
   bool unobserved : 1 = false;
-  // What runtime::dump() reports (the second cache line: never read by the
-  // scheduler's hot paths). Written at the spawn, before the task is
-  // published, and never again, except `waits_on`; left uninitialized
-  // until then (a frame that is never spawned does not pay for them).
-  char const* spawn_file;    ///< spawn_location::file
-  std::uint64_t id;          ///< unique in its runtime (scheduler::spawn)
-  std::uint64_t spawn_ns;    ///< steady_clock ns at the spawn (a worker's: its tick's start)
-  std::uint32_t spawn_line;  ///< spawn_location::line
-  /// The awaiter of the current suspension (suspend_current); relaxed.
-  std::atomic<wait_kind> waits_on{wait_kind::none};
 
   /// The root frame (null once destroyed: cancelled_before_finish).
   [[nodiscard]] std::coroutine_handle<> frame() const noexcept {
@@ -146,6 +160,31 @@ struct alignas(16) task_header {
 static_assert(sizeof(task_header) == task_frame_prefix,
               "task_frame_prefix (frame_pool.hpp) must be the header's size");
 
+/// task_header::spawn_site for `where` (see there).
+[[nodiscard]] inline std::uint64_t spawn_site_of(spawn_location where) noexcept {
+  auto file = reinterpret_cast<std::uintptr_t>(where.file);
+  if ((file >> 48) != 0) file = 0;  // does not fit: unknown
+  std::uint64_t const line = where.line < 0xffffU ? where.line : 0xffffU;
+  return static_cast<std::uint64_t>(file) | (line << 48);
+}
+
+/// The spawn_location a task_header::spawn_site holds ("" for unknown).
+[[nodiscard]] inline spawn_location site_location(std::uint64_t site) noexcept {
+  auto const* file = reinterpret_cast<char const*>(
+      static_cast<std::uintptr_t>(site & ((std::uint64_t{1} << 48) - 1)));
+  return spawn_location{file != nullptr ? file : "", static_cast<std::uint32_t>(site >> 48)};
+}
+
+/// task_header::spawn_time's unit: steady_clock ns >> spawn_time_shift.
+inline constexpr unsigned spawn_time_shift = 20;
+
+/// A task's id in runtime::dump() and in traces: its header's address / 16,
+/// unique among the live tasks (a task spawned after another ended may
+/// reuse its id).
+[[nodiscard]] inline std::uint64_t task_id(task_header const* task) noexcept {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(task)) >> 4;
+}
+
 /// Inside a running spindle task: records `resume_at` as the point the next
 /// poll resumes (and `other` as what it waits on: runtime::dump()), and
 /// returns the task. Outside a task returns nullptr.
@@ -161,16 +200,32 @@ inline task_header* suspend_current(std::coroutine_handle<> resume_at, wait_kind
 }
 
 /// Called by an awaiter after suspend_current, while its task still runs:
-/// when the task is aborted while suspended here, `fn(arg)` is called (on the
-/// aborting thread, with the task held so that nobody resumes or destroys it)
-/// and must detach the suspension from its waker. It returns true when
-/// nothing will wake the task for this suspension any more (the frame is then
-/// destroyed at once), false when the wake will still come (for example an
-/// I/O cancellation whose completion is pending): the frame is destroyed at
-/// that wake instead of being resumed.
-inline void set_cancel_hook(task_header* task, bool (*fn)(void*) noexcept, void* arg) noexcept {
-  task->cancel_fn = fn;
-  task->cancel_arg = arg;
+/// when the task is aborted while suspended here, `withdraw(hook)` is called
+/// (on the aborting thread, with the task held so that nobody resumes or
+/// destroys it) and must detach the suspension from its waker. It returns
+/// true when nothing will wake the task for this suspension any more (the
+/// frame is then destroyed at once), false when the wake will still come
+/// (for example an I/O cancellation whose completion is pending): the frame
+/// is destroyed at that wake instead of being resumed. `hook` (usually the
+/// awaiter itself, which derives from cancel_hook) must live until the
+/// suspension ends.
+inline void set_cancel_hook(task_header* task, cancel_hook* hook,
+                            bool (*withdraw)(cancel_hook*) noexcept) noexcept {
+  hook->withdraw = withdraw;
+  task->cancel = hook;
+}
+
+/// set_cancel_hook for a hook whose `withdraw` is set already (a static
+/// hook shared by many suspensions: it is only read).
+inline void set_cancel_hook(task_header* task, cancel_hook* hook) noexcept {
+  task->cancel = hook;
+}
+
+/// Called by an awaiter after suspend_current when it does not suspend after
+/// all, or suspends somewhere nothing can withdraw it from: an abort then
+/// destroys the frame at once.
+inline void clear_cancel_hook(task_header* task) noexcept {
+  task->cancel = nullptr;
 }
 
 /// Called by yield_now after suspend_current returned a task: the end of

@@ -10,7 +10,7 @@
 // The protocol every awaiter follows (see detail::set_cancel_hook):
 //   await_suspend: self = suspend_current(h); lock; if the resource is free,
 //     take it and return false (no suspension; clear the hook with
-//     set_cancel_hook(self, nullptr, nullptr)); else node.task = self, link
+//     clear_cancel_hook(self)); else node.task = self, link
 //     the node, set_cancel_hook(self, hook, this), unlock, return true.
 //   waker (any thread): lock; node = list.pop_front(); hand it the resource
 //     (a flag or value stored in the awaiter); unlock; node->notify()
