@@ -224,17 +224,25 @@ void* task_frame_allocate(std::size_t bytes) {
   return static_cast<char*>(block) + task_frame_prefix;
 }
 
+namespace {
+// Out of line, so that the spawned frame's path (the common one) saves no
+// registers.
+[[gnu::noinline]] void free_unspawned_block(task_header* header, std::size_t block) noexcept {
+  header->~task_header();
+  pool_deallocate(header, block);
+}
+}  // namespace
+
 void task_frame_deallocate(void* frame, std::size_t bytes) noexcept {
   task_header* header = task_header::of_frame(frame);
   // A spawned frame's block belongs to its header (state != 0 from the spawn
   // until the block is freed): scheduler::free_task frees it, and finds the
   // block's size where the frame was (the header has no field for it).
-  if (header->state.load(std::memory_order_acquire) != 0) {
+  if (header->state.load(std::memory_order_acquire) != 0) [[likely]] {
     ::new (frame) std::size_t(task_frame_prefix + bytes);
     return;
   }
-  header->~task_header();
-  pool_deallocate(header, task_frame_prefix + bytes);
+  free_unspawned_block(header, task_frame_prefix + bytes);
 }
 
 frame_pool_counters frame_pool_thread_counters() noexcept {

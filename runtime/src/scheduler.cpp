@@ -240,11 +240,12 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   assert(promise_offset >= 0 && promise_offset < 256);
   task->promise_offset = static_cast<std::uint8_t>(promise_offset);
   task->sched = this;
+  // For dump(): where (stored before the call below, so that `where` needs
+  // no register across it), and when: a worker's spawn takes its tick's
+  // start as the spawn time instead of reading the clock.
+  task->spawn_site = spawn_site_of(where);
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
-  // For dump(): where, and when. A worker's spawn takes its tick's start
-  // as the spawn time instead of reading the clock.
-  task->spawn_site = spawn_site_of(where);
   if (w != nullptr) {
     task->spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
   } else {
@@ -450,6 +451,21 @@ runtime_stats scheduler::stats() const {
 
 task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_base* promise,
                         spawn_location where) {
+  return sched->spawn(root, promise, where);
+}
+
+task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
+                              spawn_location where) {
+  scheduler* sched = this_thread_context().sched;
+  if (sched == nullptr) [[unlikely]] {
+    if (root) root.destroy();
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "spindle::spawn called outside a spindle runtime");
+  }
+  if (!root) [[unlikely]] {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle: spawn of an empty task");
+  }
   return sched->spawn(root, promise, where);
 }
 

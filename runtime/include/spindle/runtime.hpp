@@ -164,6 +164,12 @@ class scheduler;
 /// frame is destroyed and the returned task is complete and cancelled.
 [[nodiscard]] task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root,
                                       promise_base* promise, spawn_location where = {});
+/// spindle::spawn's body, out of line so that the template keeps nothing
+/// across a call: spawn_root on current_scheduler(). Throws
+/// std::system_error(operation_not_permitted) when the calling thread has no
+/// runtime (destroying `root`), then (invalid_argument) when `root` is empty.
+[[nodiscard]] task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
+                                            spawn_location where);
 /// Throws std::system_error(resource_deadlock_would_occur) when the calling
 /// thread is one of `sched`'s workers (before anything is spawned).
 void check_block_on_allowed(scheduler* sched);
@@ -314,17 +320,8 @@ class runtime {
 /// std::system_error(std::errc::operation_not_permitted).
 template <class T>
 join_handle<T> spawn(task<T> t, spawn_location where = spawn_location::current()) {
-  detail::scheduler* sched = detail::current_scheduler();
-  if (sched == nullptr) {
-    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
-                            "spindle::spawn called outside a spindle runtime");
-  }
   auto frame = t.release();
-  if (!frame) {
-    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
-                            "spindle: spawn of an empty task");
-  }
-  return join_handle<T>{detail::spawn_root(sched, frame, &frame.promise(), where)};
+  return join_handle<T>{detail::spawn_on_current(frame, frame ? &frame.promise() : nullptr, where)};
 }
 
 /// spawn of any other awaitable on the runtime of the calling thread, as

@@ -114,9 +114,7 @@ struct alignas(16) task_header {
   /// the scheduler).
   cancel_hook* cancel = nullptr;
   /// Where the task was spawned, for runtime::dump(): the file name's
-  /// address in the low 48 bits (a string literal: user-space addresses fit
-  /// in 47 bits on x86-64 and 48 on AArch64; a file that does not fit is
-  /// recorded as unknown) and the line, saturated at 65535, in the high 16
+  /// address in the low 48 bits and the line in the high 16
   /// (spawn_site_of / site_location). Written at the spawn, before the task
   /// is published; left uninitialized until then.
   std::uint64_t spawn_site;
@@ -161,11 +159,15 @@ static_assert(sizeof(task_header) == task_frame_prefix,
               "task_frame_prefix (frame_pool.hpp) must be the header's size");
 
 /// task_header::spawn_site for `where` (see there).
+/// Three instructions on the spawn path: user-space addresses fit in 47
+/// bits on x86-64 (48 on AArch64; the kernel hands out higher ones only to
+/// an mmap that asks for them, never to a program's or a library's
+/// strings), and spawn_location::current() saturates the line at 65535
+/// (a line above it that a caller sets by hand is kept modulo 65536).
 [[nodiscard]] inline std::uint64_t spawn_site_of(spawn_location where) noexcept {
-  auto file = reinterpret_cast<std::uintptr_t>(where.file);
-  if ((file >> 48) != 0) file = 0;  // does not fit: unknown
-  std::uint64_t const line = where.line < 0xffffU ? where.line : 0xffffU;
-  return static_cast<std::uint64_t>(file) | (line << 48);
+  static_assert(sizeof(std::uintptr_t) == 8, "the spawn site packs a 48-bit address");
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(where.file)) |
+         (static_cast<std::uint64_t>(where.line) << 48);
 }
 
 /// The spawn_location a task_header::spawn_site holds ("" for unknown).
