@@ -69,7 +69,7 @@ struct task_snapshot {
   /// Unique among the live tasks (the task header's address / 16: a task
   /// spawned after another ended may reuse its id); traces use the same.
   std::uint64_t id = 0;
-  task_run_state state = task_run_state::queued;
+  task_run_state state = task_run_state::queued;  ///< where it stands (see task_run_state)
   /// What it waits on: meaningful for suspended and blocked_in_driver
   /// tasks (none: never suspended yet; yield: it yielded and is queued).
   wait_kind waits_on = wait_kind::none;

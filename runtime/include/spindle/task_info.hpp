@@ -22,8 +22,8 @@ namespace spindle {
 
 /// Where a task was spawned: a file name (static storage) and a line.
 struct spawn_location {
-  char const* file = "";
-  std::uint32_t line = 0;
+  char const* file = "";   ///< the file name ("" when unknown); not owned
+  std::uint32_t line = 0;  ///< 1-based (0 when unknown)
 
   /// The caller's location when used as a default argument (as
   /// std::source_location::current()); lines above 65535 read 65535 (the
