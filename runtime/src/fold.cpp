@@ -19,11 +19,26 @@ task<void> fold_helper(fold_ticket ticket) {
   ticket.run_and_leave();
   co_return;
 }
+
+task<void> nothing() {
+  co_return;
+}
 }  // namespace
 
 void spawn_fold_helper(fold_ticket ticket) {
   auto handle = spindle::spawn(fold_helper(std::move(ticket)));
   (void)handle;  // detached
+  // A spawn on a worker lands in its LIFO slot, which siblings cannot
+  // steal, and the helper that recruits keeps this worker busy until it
+  // runs out of work: with 2 workers the recruit waited there for the whole
+  // fold (no parallelism at all). An empty task spawned after it takes the
+  // slot and pushes the recruit into the worker's stealable ring, which
+  // wakes a parked sibling. From a thread that is not a worker the recruit
+  // went to the global queue already.
+  if (current_worker_index() != not_a_worker) {
+    auto filler = spindle::spawn(nothing());
+    (void)filler;
+  }
 }
 
 std::size_t current_runtime_workers() noexcept {
