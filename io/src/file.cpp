@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -54,6 +55,20 @@ std::filesystem::file_type type_of(std::uint32_t mode) noexcept {
     default:
       return file_type::unknown;
   }
+}
+
+file_status status_of(struct statx const& stx) noexcept {
+  file_status status;
+  status.size = stx.stx_size;
+  status.mode = stx.stx_mode;
+  status.type = type_of(stx.stx_mode);
+  status.ino = static_cast<ino_t>(stx.stx_ino);
+  status.dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+  status.nlink = stx.stx_nlink;
+  status.uid = stx.stx_uid;
+  status.gid = stx.stx_gid;
+  status.blocks = stx.stx_blocks;
+  return status;
 }
 
 }  // namespace
@@ -196,11 +211,41 @@ task<file_status> file::stat() {
   struct statx stx {};
   int const r = co_await op_awaiter{{}, io_op{.code = op_code::statx, .fd = fd_, .buffer = &stx}};
   if (r < 0) throw_errno(-r, "spindle::io::file::stat");
-  file_status status;
-  status.size = stx.stx_size;
-  status.mode = stx.stx_mode;
-  status.type = type_of(stx.stx_mode);
-  co_return status;
+  co_return status_of(stx);
+}
+
+task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags) {
+  struct statx stx {};
+  int const r = co_await op_awaiter{io_op{.code = op_code::statx_at,
+                                          .dir_fd = dir_fd,
+                                          .flags = flags,
+                                          .path = path.c_str(),
+                                          .buffer = &stx,
+                                          .length = STATX_BASIC_STATS}};
+  if (r < 0) throw_errno(-r, "spindle::io::stat_at", path);
+  co_return status_of(stx);
+}
+
+task<file_status> stat_at(file const& dir, std::filesystem::path path, int flags) {
+  // Checked here: statx ignores a bad descriptor when `path` is absolute.
+  if (!dir.is_open()) throw_errno(EBADF, "spindle::io::stat_at: directory not open", path);
+  co_return co_await stat_at(dir.native_handle(), std::move(path), flags);
+}
+
+task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags, std::error_code& ec) {
+  struct statx stx {};
+  int const r = co_await op_awaiter{io_op{.code = op_code::statx_at,
+                                          .dir_fd = dir_fd,
+                                          .flags = flags,
+                                          .path = path.c_str(),
+                                          .buffer = &stx,
+                                          .length = STATX_BASIC_STATS}};
+  if (r < 0) {
+    ec.assign(-r, std::system_category());
+    co_return file_status{};
+  }
+  ec.clear();
+  co_return status_of(stx);
 }
 
 task<void> file::close() {

@@ -184,6 +184,9 @@ int threadpool_driver::execute(io_op& op, int wake_fd) noexcept {
       r = ::statx(op.fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
                   static_cast<struct statx*>(op.buffer));
       break;
+    case op_code::statx_at:
+      r = ::statx(op.dir_fd, op.path, op.flags, op.length, static_cast<struct statx*>(op.buffer));
+      break;
     case op_code::read:
       do {
         r = ::pread(op.fd, op.buffer, op.length, static_cast<off_t>(op.offset));

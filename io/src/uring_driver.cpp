@@ -225,6 +225,7 @@ std::unique_ptr<uring_driver> uring_driver::make(spindle::detail::io_host& host,
             io_uring_opcode_supported(probe, opcode) != 0;
       }
       ok = ok && d->supports(op_code::poll);
+      d->supported_[static_cast<std::size_t>(op_code::statx_at)] = true;  // IORING_OP_STATX
       io_uring_free_probe(probe);
       if (!ok) throw_errno(ENOSYS, "io_uring lacks openat/statx/read/write/close/cancel/poll");
     }
@@ -407,6 +408,10 @@ int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
       break;
     case op_code::poll:
       io_uring_prep_poll_add(sqe, op.fd, static_cast<unsigned>(op.flags));
+      break;
+    case op_code::statx_at:
+      io_uring_prep_statx(sqe, op.dir_fd, op.path, op.flags, op.length,
+                          static_cast<struct statx*>(op.buffer));
       break;
   }
   io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uintptr_t>(&op));

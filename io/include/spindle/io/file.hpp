@@ -59,11 +59,18 @@
 
 namespace spindle::io {
 
-/// What file::stat() reports (from statx).
+/// What file::stat() and stat_at() report (from statx(2) with
+/// STATX_BASIC_STATS; a file system that cannot supply a field leaves it 0).
 struct file_status {
   std::uint64_t size = 0;  ///< size in bytes (st_size)
   std::uint32_t mode = 0;  ///< st_mode: file type and permission bits
   std::filesystem::file_type type = std::filesystem::file_type::none;  ///< from `mode`
+  ino_t ino = 0;                                                       ///< inode number (st_ino)
+  dev_t dev = 0;             ///< device of the file system holding it (st_dev, makedev'd)
+  std::uint32_t nlink = 0;   ///< hard links (st_nlink)
+  std::uint32_t uid = 0;     ///< owner (st_uid)
+  std::uint32_t gid = 0;     ///< group (st_gid)
+  std::uint64_t blocks = 0;  ///< space allocated, in 512-byte units (st_blocks)
 
   /// Permission bits of `mode` (07777).
   [[nodiscard]] std::filesystem::perms permissions() const noexcept {
@@ -170,6 +177,35 @@ class file {
   /// Atomic: several tasks may read through one file at once.
   std::atomic<bool> no_nowait_reads_{false};
 };
+
+/// Status of `path` relative to the directory open as `dir_fd`, without
+/// opening it: statx(2) through the I/O driver (io_uring's IORING_OP_STATX,
+/// or a thread-pool thread), the asynchronous fstatat. `flags` are statx's
+/// AT_* flags: AT_SYMLINK_NOFOLLOW (a symbolic link's own status, as
+/// lstat), AT_NO_AUTOMOUNT, AT_EMPTY_PATH (an empty `path`: `dir_fd` itself,
+/// any kind of descriptor), AT_STATX_SYNC_AS_STAT / FORCE_SYNC / DONT_SYNC
+/// (network file systems); 0 follows symbolic links, as stat. A relative
+/// `path` is resolved from `dir_fd` (AT_FDCWD: the current directory), an
+/// absolute one ignores it. The path is copied into the task's frame and
+/// the statx buffer lives there too, both until the kernel (or the pool
+/// thread) is done with them; `dir_fd` must stay open until the task
+/// completes. Throws std::system_error (std::system_category): ENOENT,
+/// ENOTDIR (a component, or `dir_fd` with a relative `path`, is not a
+/// directory), EACCES (search permission denied on a component), ELOOP,
+/// ENAMETOOLONG, EBADF (`dir_fd` is not open), EINVAL (bad `flags`), ENOMEM;
+/// ECANCELED when the runtime is shutting down; EPERM when awaited outside a
+/// spindle task. Cancellation as the file operations (see the file comment).
+/// Thread-safety: any number at once, from any task.
+task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags = 0);
+/// stat_at(dir.native_handle(), ...); EBADF when `dir` is not open (even for
+/// an absolute path). `dir` must outlive the task.
+task<file_status> stat_at(file const& dir, std::filesystem::path path, int flags = 0);
+/// stat_at(dir_fd, ...) without exceptions for what statx reports (as the
+/// error_code overload of file::open_at): on failure sets `ec` to the errno
+/// and returns an empty file_status (type none); on success clears `ec`.
+/// `ec` must outlive the task. Still throws EPERM when awaited outside a
+/// spindle task, and std::bad_alloc.
+task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags, std::error_code& ec);
 
 /// Reads the whole file at `path`: openat, statx for a size hint, reads until
 /// end of file (the file may grow or shrink meanwhile), close. Throws
