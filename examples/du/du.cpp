@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -10,12 +11,18 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <spindle/fold.hpp>
+#include <spindle/io.hpp>
 #include <spindle/runtime.hpp>
+#include <spindle/task_group.hpp>
+#include <spindle/when_all.hpp>
+#include <system_error>
 #include <unordered_set>
 #include <utility>
 
@@ -37,7 +44,10 @@ are not followed; a hard-linked file is counted once, where du first meets
 it (every time with -l). An unreadable directory is reported on stderr and
 counted with its own size; the exit status is then 1.
 
-The walk is a parallel fold (spindle::fold) on -j worker threads.)";
+The walk is a parallel fold (spindle::fold) on -j worker threads; the
+entries' statx go through io_uring (IORING_OP_STATX, one batch per
+directory), or the thread pool with SPINDLE_IO=threadpool, or are direct
+system calls with --sync-stat.)";
 
 std::string join(std::string const& dir, char const* name) {
   std::string p;
@@ -52,11 +62,83 @@ struct dnode {
   dir_record* rec;
 };
 
+constexpr int kStatFlags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT;
+
+struct dir_closer {
+  void operator()(DIR* d) const noexcept { ::closedir(d); }
+};
+using dir_ptr = std::unique_ptr<DIR, dir_closer>;
+
+struct tree;
+spindle::task<void> stat_batch(tree const* g, dir_record* r, dir_ptr dir, std::size_t seen);
+
+// fts (and so du) visits a directory of more than 10,000 entries in inode
+// order, except on file systems where that does not help.
+void sort_if_large(dir_record& r, int fd, std::size_t seen) {
+  if (seen <= 10000) return;
+  struct statfs sfs {};
+  bool sort = ::fstatfs(fd, &sfs) == 0 && sfs.f_type != TMPFS_MAGIC &&
+              sfs.f_type != NFS_SUPER_MAGIC && sfs.f_type != PROC_SUPER_MAGIC;
+  if (sort) {
+    std::stable_sort(r.entries.begin(), r.entries.end(),
+                     [](entry const& a, entry const& b) { return a.ino < b.ino; });
+  }
+}
+
 // The directory tree: children() reads one directory (see du.hpp).
 struct tree {
   bool all;
   bool count_links;
   bool hash_all;
+  /// Where the statx batches run (null: --sync-stat, statx inside children).
+  spindle::task_group* batches = nullptr;
+  /// Directory descriptors held open by batches not finished yet, and the
+  /// most allowed: beyond it (the walk ran far ahead of the ring) a
+  /// directory's entries are stat'ed inside children(), which bounds the
+  /// descriptors in use well below RLIMIT_NOFILE.
+  mutable std::atomic<std::size_t> open_batches{0};
+  std::size_t max_open_batches = 256;
+
+  // A non-directory entry whose statx is known: summed, or recorded when
+  // printed (-a) or possibly counted elsewhere (a hard link).
+  void add_file(dir_record& r, entry& e, std::uint32_t nlink) const {
+    e.dedup = !count_links && (hash_all || nlink > 1);
+    if (!all && !e.dedup) {
+      r.plain_bytes += e.bytes;
+      e.skip = true;
+    }
+  }
+
+  // The entry `name` of `r` stat'ed here (--sync-stat, or readdir did not
+  // give its type): recorded, and emitted when it is a directory.
+  template <class E>
+  void stat_now(dir_record& r, int fd, char const* name, E& emit) const {
+    struct statx stx {};
+    if (::statx(fd, name, kStatFlags, STATX_TYPE | STATX_SIZE | STATX_INO | STATX_NLINK, &stx) !=
+        0) {
+      r.access_errors.emplace_back(join(r.path, name), errno);
+      return;
+    }
+    dev_t dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    if (S_ISDIR(stx.stx_mode)) {
+      auto sub = std::make_unique<dir_record>();
+      sub->path = join(r.path, name);
+      sub->own_bytes = stx.stx_size;
+      sub->dev = dev;
+      sub->ino = stx.stx_ino;
+      dir_record* child = sub.get();
+      r.entries.push_back(
+          entry{{}, stx.stx_size, dev, stx.stx_ino, false, false, true, std::move(sub)});
+      emit(dnode{child});
+      return;
+    }
+    entry e{{}, stx.stx_size, dev, stx.stx_ino, false, false, true, nullptr};
+    add_file(r, e, stx.stx_nlink);
+    if (!e.skip) {
+      e.name = name;
+      r.entries.push_back(std::move(e));
+    }
+  }
 
   template <class E>
   void children(dnode const& n, E&& emit) const {
@@ -66,14 +148,20 @@ struct tree {
       r.read_errno = errno;
       return;
     }
-    std::unique_ptr<DIR, int (*)(DIR*)> dir(::fdopendir(fd), &::closedir);  // closed if emit throws
+    dir_ptr dir(::fdopendir(fd));  // closed if emit throws
     if (!dir) {
       r.read_errno = errno;
       ::close(fd);
       return;
     }
+    bool batch = batches != nullptr;
+    if (batch && open_batches.fetch_add(1, std::memory_order_relaxed) >= max_open_batches) {
+      open_batches.fetch_sub(1, std::memory_order_relaxed);
+      batch = false;
+    }
     DIR* d = dir.get();
     std::size_t seen = 0;
+    bool pending = false;  // entries left for the batch
     for (;;) {
       errno = 0;
       dirent* de = ::readdir(d);
@@ -84,56 +172,110 @@ struct tree {
       char const* name = de->d_name;
       if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
       ++seen;
-      struct statx stx {};
-      if (::statx(fd, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT,
-                  STATX_TYPE | STATX_SIZE | STATX_INO | STATX_NLINK, &stx) != 0) {
-        r.access_errors.emplace_back(join(r.path, name), errno);
+      if (!batch || de->d_type == DT_UNKNOWN) {
+        stat_now(r, fd, name, emit);
         continue;
       }
-      dev_t dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
-      if (S_ISDIR(stx.stx_mode)) {
+      pending = true;
+      if (de->d_type == DT_DIR) {
+        // Walked at once; its size and identity come with the batch.
         auto sub = std::make_unique<dir_record>();
         sub->path = join(r.path, name);
-        sub->own_bytes = stx.stx_size;
-        sub->dev = dev;
-        sub->ino = stx.stx_ino;
         dir_record* child = sub.get();
-        r.entries.push_back(entry{{}, stx.stx_size, dev, stx.stx_ino, false, std::move(sub)});
+        r.entries.push_back(entry{name, 0, 0, 0, false, false, false, std::move(sub)});
         emit(dnode{child});
-        continue;
-      }
-      bool dedup = !count_links && (hash_all || stx.stx_nlink > 1);
-      if (all || dedup) {
-        r.entries.push_back(entry{name, stx.stx_size, dev, stx.stx_ino, dedup, nullptr});
       } else {
-        r.plain_bytes += stx.stx_size;
+        r.entries.push_back(entry{name, 0, 0, 0, false, false, false, nullptr});
       }
     }
-    // fts (and so du) visits a directory of more than 10,000 entries in
-    // inode order, except on file systems where that does not help.
-    if (seen > 10000) {
-      struct statfs sfs {};
-      bool sort = ::fstatfs(fd, &sfs) == 0 && sfs.f_type != TMPFS_MAGIC &&
-                  sfs.f_type != NFS_SUPER_MAGIC && sfs.f_type != PROC_SUPER_MAGIC;
-      if (sort) {
-        std::stable_sort(r.entries.begin(), r.entries.end(),
-                         [](entry const& a, entry const& b) { return a.ino < b.ino; });
-      }
+    if (pending) {
+      batches->spawn(stat_batch(this, &r, std::move(dir), seen));
+      return;
     }
+    if (batch) open_batches.fetch_sub(1, std::memory_order_relaxed);
+    sort_if_large(r, fd, seen);
   }
 };
 
-// Sums each subtree's bytes that need no ordering (directories and plain
-// files); the per-directory totals printed come from the ordered pass.
-struct plain_sum {
-  struct heap {
-    dir_record const* rec;
-    std::uint64_t sum;
-  };
-  heap init(dnode const& n) const { return {n.rec, 0}; }
-  void accumulate(heap& h, std::uint64_t&& child) const { h.sum += child; }
-  std::uint64_t finalize(heap&& h) const { return h.sum + h.rec->own_bytes + h.rec->plain_bytes; }
+// The statx of one directory's entries that children() left pending, all
+// submitted at once (when_all: one stat_at task per entry, each an
+// IORING_OP_STATX relative to the directory's descriptor, held open here),
+// then recorded as stat_now would have.
+spindle::task<void> stat_batch(tree const* g, dir_record* r, dir_ptr dir, std::size_t seen) {
+  int const fd = ::dirfd(dir.get());
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < r->entries.size(); ++i) {
+    if (!r->entries[i].stated) which.push_back(i);
+  }
+  std::vector<std::error_code> errors(which.size());
+  std::vector<spindle::task<spindle::io::file_status>> stats;
+  stats.reserve(which.size());
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    stats.push_back(spindle::io::stat_at(fd, r->entries[which[k]].name, kStatFlags, errors[k]));
+  }
+  std::vector<spindle::io::file_status> got = co_await spindle::when_all(std::move(stats));
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    entry& e = r->entries[which[k]];
+    if (errors[k]) {
+      r->access_errors.emplace_back(join(r->path, e.name.c_str()), errors[k].value());
+      e.skip = true;
+      continue;
+    }
+    spindle::io::file_status const& st = got[k];
+    e.bytes = st.size;
+    e.dev = st.dev;
+    e.ino = st.ino;
+    e.stated = true;
+    if (e.dir) {
+      // readdir said directory: walked already, whatever statx says now.
+      e.dir->own_bytes = st.size;
+      e.dir->dev = st.dev;
+      e.dir->ino = st.ino;
+      e.name.clear();
+      e.name.shrink_to_fit();
+    } else {
+      g->add_file(*r, e, st.nlink);
+      if (e.skip) {
+        e.name.clear();
+        e.name.shrink_to_fit();
+      }
+    }
+  }
+  sort_if_large(*r, fd, seen);
+  dir.reset();
+  g->open_batches.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// The walk's fold: counts directories. What du prints comes from the
+// ordered pass over the records afterwards.
+struct dir_count {
+  std::size_t init(dnode const&) const { return 1; }
+  void accumulate(std::size_t& h, std::size_t&& child) const { h += child; }
+  std::size_t finalize(std::size_t&& h) const { return h; }
 };
+
+constexpr spindle::fold_policy kPolicy = spindle::fold_policy::wide_light();
+
+// The batched walk: the fold on the runtime, the statx batches in a task
+// group, all finished before it returns (or the first error rethrown).
+spindle::task<void> walk_batched(tree& g, dir_record* root) {
+  spindle::task_group batches;
+  g.batches = &batches;
+  std::exception_ptr failed;
+  try {
+    (void)co_await spindle::fold(g, dir_count{}, dnode{root}, kPolicy);
+  } catch (...) {
+    failed = std::current_exception();
+    batches.abort_all();
+  }
+  try {
+    co_await batches.join();
+  } catch (...) {
+    if (!failed) failed = std::current_exception();
+  }
+  g.batches = nullptr;
+  if (failed) std::rethrow_exception(failed);
+}
 
 struct dev_ino_hash {
   std::size_t operator()(std::pair<dev_t, ino_t> const& k) const noexcept {
@@ -151,6 +293,7 @@ class reporter {
   std::uint64_t visit(dir_record& r, bool top) {
     std::uint64_t total = r.own_bytes + r.plain_bytes;
     for (entry& e : r.entries) {
+      if (e.skip) continue;
       if (e.dir) {
         if (hash_all_ && !opts_.count_links && !seen_.insert({e.dev, e.ino}).second) continue;
         total += visit(*e.dir, false);
@@ -269,6 +412,8 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   app.add_flag("-s,--summarize", out.summarize, "Print only a total for each PATH");
   app.add_flag("-l,--count-links", out.count_links, "Count hard-linked files every time");
   app.add_flag("--json", out.json, "Print a JSON array of {path, bytes}");
+  app.add_flag("--sync-stat", out.sync_stat,
+               "statx as direct system calls in the walk, not through io_uring");
   app.add_option("-j,--threads", out.workers, "Worker threads (default: all CPUs)")
       ->check(CLI::NonNegativeNumber)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -285,10 +430,11 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   } catch (CLI::CallForHelp const& e) {
     return app.exit(e);
   } catch (CLI::ParseError const& e) {
-    std::fprintf(stderr,
-                 "spindle-du: %s\nUsage: spindle-du [-a] [-s] [-l] [-j N] [--json] [PATH]...\n"
-                 "Try 'spindle-du --help' for more information.\n",
-                 e.what());
+    std::fprintf(
+        stderr,
+        "spindle-du: %s\nUsage: spindle-du [-a] [-s] [-l] [-j N] [--json] [--sync-stat] [PATH]...\n"
+        "Try 'spindle-du --help' for more information.\n",
+        e.what());
     return 1;
   }
   if (version) {
@@ -309,31 +455,63 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
 int run(options const& opts) {
   spindle::runtime rt{{.workers = opts.workers}};
   tree g{opts.all, opts.count_links, opts.paths.size() > 1};
+  // Batches hold a directory descriptor each: at most half of what is left.
+  if (struct rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    g.max_open_batches = rl.rlim_cur > 192 ? (rl.rlim_cur - 128) / 2 : 32;
+  }
   reporter rep(opts);
   for (std::string const& path : opts.paths) {
-    struct statx stx {};
     if (path.empty()) {
       rep.error("cannot access ''", ENOENT);
       continue;
     }
-    if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT,
-                STATX_TYPE | STATX_SIZE | STATX_INO | STATX_NLINK, &stx) != 0) {
-      rep.error("cannot access " + quote(path), errno);
+    std::uint64_t size = 0;
+    std::uint32_t nlink = 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    bool is_dir = false;
+    if (opts.sync_stat) {
+      struct statx stx {};
+      if (::statx(AT_FDCWD, path.c_str(), kStatFlags,
+                  STATX_TYPE | STATX_SIZE | STATX_INO | STATX_NLINK, &stx) != 0) {
+        rep.error("cannot access " + quote(path), errno);
+        continue;
+      }
+      size = stx.stx_size;
+      nlink = stx.stx_nlink;
+      dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+      ino = stx.stx_ino;
+      is_dir = S_ISDIR(stx.stx_mode);
+    } else {
+      std::error_code ec;
+      spindle::io::file_status st =
+          rt.block_on(spindle::io::stat_at(AT_FDCWD, path, kStatFlags, ec));
+      if (ec) {
+        rep.error("cannot access " + quote(path), ec.value());
+        continue;
+      }
+      size = st.size;
+      nlink = st.nlink;
+      dev = st.dev;
+      ino = st.ino;
+      is_dir = st.is_directory();
+    }
+    if (!is_dir) {
+      bool dedup = !opts.count_links && (g.hash_all || nlink > 1);
+      rep.top_file(path, size, dev, ino, dedup);
       continue;
     }
-    dev_t dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
-    if (!S_ISDIR(stx.stx_mode)) {
-      bool dedup = !opts.count_links && (g.hash_all || stx.stx_nlink > 1);
-      rep.top_file(path, stx.stx_size, dev, stx.stx_ino, dedup);
-      continue;
-    }
-    if (rep.seen_dir(dev, stx.stx_ino)) continue;
+    if (rep.seen_dir(dev, ino)) continue;
     dir_record root;
     root.path = path;
-    root.own_bytes = stx.stx_size;
+    root.own_bytes = size;
     root.dev = dev;
-    root.ino = stx.stx_ino;
-    (void)rt.fold(g, plain_sum{}, dnode{&root}, spindle::fold_policy::wide_light());
+    root.ino = ino;
+    if (opts.sync_stat) {
+      (void)rt.fold(g, dir_count{}, dnode{&root}, kPolicy);
+    } else {
+      rt.block_on(walk_batched(g, &root));
+    }
     rep.visit(root, true);
   }
   return rep.finish();

@@ -8,8 +8,11 @@
 # names that are not UTF-8 (and with spaces, newlines are avoided: sort is
 # by line), deep nesting, one directory of more than 10,000 entries (du then
 # visits in inode order), several operands (hard links counted once across
-# them), a file operand, a missing operand. Unreadable directories (du's
-# "cannot read directory" on stderr, exit 1, the rest counted) are checked
+# them), a file operand, a missing operand; again with --sync-stat (statx
+# as direct system calls instead of batches through the I/O driver).
+# Unreadable directories (du's "cannot read directory" on stderr, exit 1,
+# the rest counted) and a readable directory without search permission
+# (du's "cannot access" for each entry), in both modes, are checked
 # as `nobody` (setpriv) when we are root, since root reads everything, and
 # skipped when that is not possible. Then /usr (-s and the default), with a
 # time bound; "sanitized" (an ASan or TSan build) compares /usr/include
@@ -94,6 +97,13 @@ compare "a symlink operand is not followed" "$T/other/dir_symlink"
 compare "a missing operand" "$T/nope" "$T/a"
 DU_EXTRA="-j 1" compare "one worker (-j 1)" -a "$T"
 DU_EXTRA="-j 3" compare "three workers (-j 3)" -a "$T"
+# The statx of the entries as direct system calls (--sync-stat) instead of
+# batches through the I/O driver.
+for flags in "" "-a" "-l"; do
+  # shellcheck disable=SC2086
+  DU_EXTRA="--sync-stat" compare "--sync-stat ${flags:-default}" $flags "$T"
+done
+DU_EXTRA="--sync-stat" compare "--sync-stat several operands" -a "$T/links" "$T/other" "$T/a"
 
 # --json: one entry per du line.
 if "$DU" --json "$T" | python3 -c '
@@ -124,27 +134,35 @@ if [ "$(id -u)" -eq 0 ] && [ ${#RUNAS[@]} -eq 0 ]; then
   skip "running as root and cannot run as nobody: unreadable-directory checks"
 else
   U=$WORK/unreadable
-  mkdir -p "$U/open/sub" "$U/closed/inner"
+  mkdir -p "$U/open/sub" "$U/closed/inner" "$U/noexec/sub"
   printf '12345' >"$U/open/f"
   printf 'abc' >"$U/closed/inner/hidden"
+  printf 'xy' >"$U/noexec/f"
   chmod 755 "$U" "$U/open" "$U/open/sub"
   chmod 644 "$U/open/f"
   chmod 000 "$U/closed"
-  "${RUNAS[@]}" "$DU" "$U" >"$WORK/s.out" 2>"$WORK/s.err"
-  s_rc=$?
-  "${RUNAS[@]}" du -b "$U" >"$WORK/g.out" 2>"$WORK/g.err"
-  g_rc=$?
-  if [ $s_rc -eq 1 ] && [ $g_rc -eq 1 ] && cmp -s <(sort "$WORK/s.out") <(sort "$WORK/g.out"); then
-    ok "unreadable directory: exit 1, the rest counted"
-  else
-    ko "unreadable directory: exit $s_rc (du $g_rc): $(diff <(sort "$WORK/s.out") <(sort "$WORK/g.out") | head -3 | tr '\n' '|')"
-  fi
-  if [ "$(sed 's/^spindle-du: //' "$WORK/s.err")" = "$(sed 's/^du: //' "$WORK/g.err")" ]; then
-    ok "unreadable directory: du's message"
-  else
-    ko "unreadable directory message: '$(cat "$WORK/s.err")' vs '$(cat "$WORK/g.err")'"
-  fi
-  chmod 755 "$U/closed"
+  # Readable but not searchable: the names are listed, every statx of an
+  # entry fails (du: cannot access ..., not descended).
+  chmod 644 "$U/noexec"
+  for mode in "" "--sync-stat"; do
+    label="unreadable directories${mode:+ ($mode)}"
+    # shellcheck disable=SC2086
+    "${RUNAS[@]}" "$DU" $mode "$U" >"$WORK/s.out" 2>"$WORK/s.err"
+    s_rc=$?
+    "${RUNAS[@]}" du -b "$U" >"$WORK/g.out" 2>"$WORK/g.err"
+    g_rc=$?
+    if [ $s_rc -eq 1 ] && [ $g_rc -eq 1 ] && cmp -s <(sort "$WORK/s.out") <(sort "$WORK/g.out"); then
+      ok "$label: exit 1, the rest counted"
+    else
+      ko "$label: exit $s_rc (du $g_rc): $(diff <(sort "$WORK/s.out") <(sort "$WORK/g.out") | head -3 | tr '\n' '|')"
+    fi
+    if [ "$(sed 's/^spindle-du: //' "$WORK/s.err")" = "$(sed 's/^du: //' "$WORK/g.err")" ]; then
+      ok "$label: du's messages"
+    else
+      ko "$label: messages '$(cat "$WORK/s.err")' vs '$(cat "$WORK/g.err")'"
+    fi
+  done
+  chmod 755 "$U/closed" "$U/noexec"
 fi
 
 note "$(date +%T) generated tree done"
