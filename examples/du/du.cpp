@@ -14,12 +14,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <spindle/fold.hpp>
 #include <spindle/io.hpp>
 #include <spindle/runtime.hpp>
+#include <spindle/semaphore.hpp>
 #include <spindle/task_group.hpp>
 #include <spindle/when_all.hpp>
 #include <system_error>
@@ -98,6 +100,12 @@ struct tree {
   /// descriptors in use well below RLIMIT_NOFILE.
   mutable std::atomic<std::size_t> open_batches{0};
   std::size_t max_open_batches = 256;
+  /// statx in flight, all batches together (a batch submits its entries in
+  /// chunks of statx_chunk, each holding that many permits): the kernel
+  /// copies every path into a names_cache object at submission, and tens of
+  /// thousands in flight at once made it allocate fresh slabs all the time.
+  spindle::semaphore* statx_permits = nullptr;
+  std::size_t statx_chunk = 64;
 
   // A non-directory entry whose statx is known: summed, or recorded when
   // printed (-a) or possibly counted elsewhere (a hard link).
@@ -208,12 +216,20 @@ spindle::task<void> stat_batch(tree const* g, dir_record* r, dir_ptr dir, std::s
     if (!r->entries[i].stated) which.push_back(i);
   }
   std::vector<std::error_code> errors(which.size());
-  std::vector<spindle::task<spindle::io::file_status>> stats;
-  stats.reserve(which.size());
-  for (std::size_t k = 0; k < which.size(); ++k) {
-    stats.push_back(spindle::io::stat_at(fd, r->entries[which[k]].name, kStatFlags, errors[k]));
+  std::vector<spindle::io::file_status> got;
+  got.reserve(which.size());
+  std::size_t const chunk = g->statx_chunk;
+  for (std::size_t from = 0; from < which.size(); from += chunk) {
+    std::size_t const to = std::min(which.size(), from + chunk);
+    auto permit = co_await g->statx_permits->scoped_acquire(to - from);
+    std::vector<spindle::task<spindle::io::file_status>> stats;
+    stats.reserve(to - from);
+    for (std::size_t k = from; k < to; ++k) {
+      stats.push_back(spindle::io::stat_at(fd, r->entries[which[k]].name, kStatFlags, errors[k]));
+    }
+    for (auto& st : co_await spindle::when_all(std::move(stats)))
+      got.push_back(st);
   }
-  std::vector<spindle::io::file_status> got = co_await spindle::when_all(std::move(stats));
   for (std::size_t k = 0; k < which.size(); ++k) {
     entry& e = r->entries[which[k]];
     if (errors[k]) {
@@ -261,6 +277,15 @@ constexpr spindle::fold_policy kPolicy = spindle::fold_policy::wide_light();
 spindle::task<void> walk_batched(tree& g, dir_record* root) {
   spindle::task_group batches;
   g.batches = &batches;
+  std::size_t in_flight = 256;
+  if (char const* env = std::getenv("SPINDLE_DU_STATX_IN_FLIGHT"))
+    in_flight = std::strtoul(env, nullptr, 10);
+  if (char const* env = std::getenv("SPINDLE_DU_STATX_CHUNK"))
+    g.statx_chunk = std::strtoul(env, nullptr, 10);
+  if (g.statx_chunk == 0) g.statx_chunk = 1;
+  if (in_flight < g.statx_chunk) in_flight = g.statx_chunk;
+  spindle::semaphore permits(in_flight);
+  g.statx_permits = &permits;
   std::exception_ptr failed;
   try {
     (void)co_await spindle::fold(g, dir_count{}, dnode{root}, kPolicy);
