@@ -69,6 +69,11 @@ namespace spindle {
 /// sooner) wins clearly on the binary tree; wide_light (fewer recruitments,
 /// longer spinning) helps runtime folds of wide trees but not the pool,
 /// whose threads are all there anyway; standard sits between.
+/// The runtime::fold rows were measured while a recruited helper task still
+/// waited in the recruiting worker's LIFO slot, which no sibling can steal
+/// (runtime/src/fold.cpp now pushes it into the stealable ring): with 2
+/// workers those folds ran on one worker. They are to be measured again;
+/// a 10^4-node tree of ~20 us nodes now takes half the time on 2 workers.
 struct fold_policy {
   /// Pause-loop rounds a participant that found no work spins before it
   /// starts giving its CPU away (sched_yield) between looks.
