@@ -76,7 +76,8 @@ enum class op_code : std::uint8_t {
   poll,
   /// statx(dir_fd, path, flags, mask = length, buffer = struct statx*);
   /// result: 0. `path` and the buffer live in the awaiting frame until the
-  /// completion (the kernel may read the path only when the op runs).
+  /// completion (kernels of 5.x+ copy the path when they take the SQE, but
+  /// nothing relies on that).
   /// io_uring: IORING_OP_STATX (always available: make() requires it).
   statx_at,
 };
@@ -144,13 +145,12 @@ struct io_op {
 
   op_code code = op_code::read;
   int fd = -1;
-  int dir_fd = AT_FDCWD;  ///< openat, statx_at: the directory `path` is relative to
-  int flags =
-      0;  ///< openat/statx_at (AT_*) flags, socket message flags, accept4 flags, poll events
+  int dir_fd = AT_FDCWD;          ///< openat, statx_at: the directory `path` is relative to
+  int flags = 0;                  ///< openat/statx_at flags, socket msg/accept4 flags, poll events
   ::mode_t mode = 0;              ///< openat mode
   char const* path = nullptr;     ///< openat, statx_at path
   void* buffer = nullptr;         ///< read/write buffer, statx/statx_at: struct statx*
-  std::uint32_t length = 0;       ///< read/write bytes (<= max_rw_count), statx_at: STATX_* mask
+  std::uint32_t length = 0;       ///< read/write bytes (<= max_rw_count); statx_at: STATX_* mask
   std::uint64_t offset = 0;       ///< read/write file offset
   void* addr = nullptr;           ///< accept: sockaddr out; connect: sockaddr in
   socklen_t* addr_len = nullptr;  ///< accept: in/out length of *addr
