@@ -216,7 +216,8 @@ task<file_status> file::stat() {
 
 task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags) {
   struct statx stx {};
-  int const r = co_await op_awaiter{io_op{.code = op_code::statx_at,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::statx_at,
                                           .dir_fd = dir_fd,
                                           .flags = flags,
                                           .path = path.c_str(),
@@ -234,7 +235,8 @@ task<file_status> stat_at(file const& dir, std::filesystem::path path, int flags
 
 task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags, std::error_code& ec) {
   struct statx stx {};
-  int const r = co_await op_awaiter{io_op{.code = op_code::statx_at,
+  int const r = co_await op_awaiter{{},
+                                    io_op{.code = op_code::statx_at,
                                           .dir_fd = dir_fd,
                                           .flags = flags,
                                           .path = path.c_str(),
