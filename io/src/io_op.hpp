@@ -89,6 +89,8 @@ enum class op_code : std::uint8_t {
       return "openat";
     case op_code::statx:
       return "statx";
+    case op_code::statx_at:
+      return "statx_at";
     case op_code::read:
       return "read";
     case op_code::write:

@@ -1,7 +1,7 @@
 // spindle processes: the pid table, the mailbox word's protocol, shutdown
 // and stats (see spindle/process.hpp for the shape).
 //
-// The pid table: up to 2^16 chunks of 4096 slots of 80 bytes, allocated on
+// The pid table: up to 2^16 chunks of 4096 slots of 88 bytes, allocated on
 // demand and kept for the life of the program (so a slot's address never
 // dangles and a pid may outlive its runtime). A slot is a 64-bit word and
 // the process itself (process_base, constructed in the slot at spawn: a
@@ -64,7 +64,7 @@ struct slot {
     return std::launder(reinterpret_cast<process_base*>(storage));
   }
 };
-static_assert(sizeof(slot) == 80, "a pid table slot is the process: keep it at 80 bytes");
+static_assert(sizeof(slot) == 88, "a pid table slot is the process: keep it at 88 bytes");
 static_assert(sizeof(std::exception_ptr) <= sizeof(std::uint64_t));
 
 std::exception_ptr* error_of(process_base* b) noexcept {
@@ -322,7 +322,8 @@ void process_base::drain() noexcept {
   tail.store(&stub, std::memory_order_relaxed);
 }
 
-bool receive_cancel_hook(process_base* b) noexcept {
+bool receive_cancel_hook(cancel_hook* hook) noexcept {
+  auto* b = static_cast<process_base*>(hook);
   // Won from 0: nobody will wake it. Otherwise a sender's wake is coming.
   if (b->word.fetch_add(1, std::memory_order_acq_rel) != 0) return false;
   park_withdrawn(b);

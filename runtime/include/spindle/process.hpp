@@ -19,12 +19,12 @@
 //   never issued.
 // - A process is the body's own task (the task<void> the body returns,
 //   spawned as is: its header and frame are one pool block) plus its pid
-//   table slot, 80 bytes, which holds the process block itself: the task,
+//   table slot, 88 bytes, which holds the process block itself: the task,
 //   the mailbox and the flags (no wrapper coroutine, no block allocation;
 //   a body callable with state, a bounded mailbox or a monitor add one
 //   small process_extras). The slot is the join waiter of the task: the
 //   task's completion (returned, threw, frame destroyed) ends the process.
-//   An idle process parked in receive costs about 243 bytes (g++ 12,
+//   An idle process parked in receive costs about 251 bytes (g++ 12,
 //   bench_process's process_idle_bytes: the 80-byte task header and a
 //   72-byte body frame in one 160-byte malloc chunk, the slot, the table's
 //   spare slots). The mailbox is Vyukov's MPSC queue (one exchange and one
@@ -182,12 +182,14 @@ struct process_extras_with final : process_extras {
   F body;
 };
 
-/// The untyped part of a process, 72 bytes, constructed inside its pid
+/// The untyped part of a process, 80 bytes, constructed inside its pid
 /// table slot (no allocation of its own): the task, the mailbox (Vyukov's
 /// queue with its stub, and the word), the flags. It is the join waiter of
 /// the body's task, which is the process's task itself (no wrapper frame):
-/// its completion ends the process.
-struct process_base : join_waiter {
+/// its completion ends the process. It is also the cancel hook of a receive
+/// (receive_cancel_hook): in the block, not in the awaiter, so that the
+/// body's frame stays one malloc size class smaller.
+struct process_base : join_waiter, cancel_hook {
   process_base() noexcept = default;
   process_base(process_base const&) = delete;
   process_base& operator=(process_base const&) = delete;
@@ -323,7 +325,7 @@ void pid_release(std::uint64_t value) noexcept;
 void process_task_done(join_waiter* self) noexcept;
 [[nodiscard]] process_state pid_state(std::uint64_t value) noexcept;
 /// The receiver's cancel hook while parked in receive.
-bool receive_cancel_hook(process_base* block) noexcept;
+bool receive_cancel_hook(cancel_hook* block) noexcept;
 /// The same for receive_for (`awaiter` is a timed_receive_base).
 bool timed_receive_cancel_hook(cancel_hook* awaiter) noexcept;
 
@@ -386,7 +388,7 @@ class process_context : private detail::process_block<Msg> {
 
 /// Awaiter of process_context::receive().
 template <class Msg>
-class process_context<Msg>::receive_awaiter : detail::cancel_hook {
+class process_context<Msg>::receive_awaiter {
  public:
   /// Awaits the mailbox of process block `b` (made by receive()).
   explicit receive_awaiter(detail::process_block<Msg>* b) noexcept : b_(b) {}
@@ -396,7 +398,7 @@ class process_context<Msg>::receive_awaiter : detail::cancel_hook {
   /// then, and the process goes on at once.
   bool await_suspend(std::coroutine_handle<> caller) noexcept {
     detail::task_header* self = detail::suspend_current(caller);
-    detail::set_cancel_hook(self, this, &receive_awaiter::on_cancel);
+    detail::set_cancel_hook(self, b_, &detail::receive_cancel_hook);
     if (!b_->try_park()) {
       detail::clear_cancel_hook(self);
       return false;
@@ -413,10 +415,6 @@ class process_context<Msg>::receive_awaiter : detail::cancel_hook {
   }
 
  private:
-  static bool on_cancel(detail::cancel_hook* hook) noexcept {
-    return detail::receive_cancel_hook(static_cast<receive_awaiter*>(hook)->b_);
-  }
-
   detail::process_block<Msg>* b_;
 };
 
