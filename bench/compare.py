@@ -68,6 +68,20 @@ every workload on every system with the same worker count (default 2):
            built". About 1.5 minutes once built (the first hyper build takes
            about one more).
 
+  tracing  what tracing costs (runtime_config::trace_path, SPINDLE_TRACE):
+           the runtime workloads but fib_35 and memory_per_task, and 4 KiB
+           random reads at depth 1 and 32 through the io_uring driver
+           (SPINDLE_CACHED_READS=0, warm), as tracing.<workload>, on
+           spindle (this build: the event sites compiled in, tracing off),
+           spindle-no-trace-sites (build-bench-no-trace-sites/, meson
+           -Dtrace_sites=false: every site compiled out) and spindle-traced
+           (this build, SPINDLE_TRACE set: tracing on). Rounds alternate
+           the three (rotating who goes first), each round a median of 3
+           repetitions; the table has the medians over the rounds (5, or 3
+           with --quick). After the table: per workload, the sites' cost
+           with tracing off (met when at most 1.02x the build without them)
+           and tracing on's cost.
+
   fold     a bottom-up fold (each node's value a hash after ~20 ns or ~20 us
            of work; a node's result the sum over its subtree) on three
            synthetic trees (bench/fold_trees.hpp): fold_wide_light (fan-out
@@ -160,6 +174,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build-bench"
+NO_TRACE_SITES_BUILD = ROOT / "build-bench-no-trace-sites"
 
 # workload -> (unit, systems that can run it besides spindle)
 RUNTIME_WORKLOADS = {
@@ -1219,6 +1234,7 @@ def net(cfg, res, status, out_dir):
 # Output
 
 SYSTEM_ORDER = ["spindle", "spindle-task", "spindle-fold-pool", "spindle-spawn", "spindle-sync-stat",
+                "spindle-no-trace-sites", "spindle-traced",
                 "sequential",
                 "tokio", "onetbb", "openmp", "gnu-du", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
@@ -1344,6 +1360,107 @@ def fold_checks(cfg, res):
     return lines
 
 
+# --------------------------------------------------------------------------
+# Tracing: what the event sites cost while tracing is off, and tracing on
+
+TRACING_RUNTIME = [w for w in RUNTIME_WORKLOADS if w not in ("fib_35", "memory_per_task")]
+TRACING_IO = ["read_4k_rand_qd1", "read_4k_rand_qd32"]
+TRACING_SYSTEMS = ["spindle", "spindle-no-trace-sites", "spindle-traced"]
+TRACING_BOUND = 1.02  # the issue's bound: no workload more than 2% slower
+
+
+def build_no_trace_sites():
+    """build-bench-no-trace-sites/: release, -Dtrace_sites=false."""
+    if not (NO_TRACE_SITES_BUILD / "build.ninja").exists():
+        log("configuring spindle without trace sites in build-bench-no-trace-sites/")
+        run(["meson", "setup", str(NO_TRACE_SITES_BUILD), "-Dbuildtype=release",
+             "-Dtests=disabled", "-Dbenchmarks=enabled", "-Dexamples=disabled",
+             "-Dtrace_sites=false"], cwd=ROOT)
+    log("building bench_runtime and bench_io without trace sites")
+    run(["ninja", "-C", str(NO_TRACE_SITES_BUILD), "bench/bench_runtime", "bench/bench_io"])
+
+
+def tracing_round(cfg, system, io_path, trace_path):
+    """One round of one system: {workload: value} (medians of 3 repetitions)."""
+    build = NO_TRACE_SITES_BUILD if system == "spindle-no-trace-sites" else BUILD
+    env = {"SPINDLE_BENCH_WORKERS": str(cfg.workers)}
+    if system == "spindle-traced":
+        env["SPINDLE_TRACE"] = str(trace_path)
+    common = ["--benchmark_repetitions=3", f"--benchmark_min_time={cfg.min_time}",
+              "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+    values = {}
+    names = sorted({GB_NAMES[w] for w in TRACING_RUNTIME})
+    _, out, _ = run([str(build / "bench" / "bench_runtime"),
+                     f"--benchmark_filter=^({'|'.join(names)})/", *common], env=env)
+    runs = gb_medians(out)
+    for w in TRACING_RUNTIME:
+        prefix = f"{GB_NAMES[w]}/{cfg.workers}"
+        if w.startswith("fib_"):
+            prefix += "/" + w.split("_")[1]
+        match = [r for n, r in runs.items() if n.startswith(prefix + "/")]
+        if match and not match[0].get("error_occurred"):
+            ns = match[0]["real_time"] * TIME_UNITS[match[0].get("time_unit", "ns")]
+            unit = RUNTIME_WORKLOADS[w]
+            values[w] = ns / 100_000 if w == "spawn_await" else ns / TIME_UNITS[unit]
+    env.update({"SPINDLE_BENCH_FILE": str(io_path), "SPINDLE_CACHED_READS": "0"})
+    _, out, _ = run([str(build / "bench" / "bench_io"),
+                     f"--benchmark_filter=^random_4k_uring/depth:(1|32)/workers:{cfg.workers}"
+                     "/cold:0/", *common], env=env)
+    runs = gb_medians(out)
+    for case in TRACING_IO:
+        prefix = f"random_4k_uring/depth:{IO_CASES[case][1]}/workers:{cfg.workers}/cold:0/"
+        match = [r for n, r in runs.items() if n.startswith(prefix)]
+        if match and not match[0].get("error_occurred"):
+            values[case] = match[0]["items_per_second"] / 1e3
+    return values
+
+
+def tracing(cfg, res, out_dir):
+    """The three systems in alternating rounds; medians over the rounds."""
+    io_path = out_dir / "tracing-io-file"
+    make_io_file(io_path, 256)
+    trace_path = out_dir / "tracing-bench-trace.json"
+    rounds = 3 if cfg.quick else 5
+    samples = {s: {} for s in TRACING_SYSTEMS}
+    for i in range(rounds):
+        order = TRACING_SYSTEMS[i % 3:] + TRACING_SYSTEMS[:i % 3]
+        for system in order:
+            log(f"tracing: round {i + 1}/{rounds}: {system}")
+            for w, v in tracing_round(cfg, system, io_path, trace_path).items():
+                samples[system].setdefault(w, []).append(v)
+    for system, by_workload in samples.items():
+        for w in TRACING_RUNTIME + TRACING_IO:
+            unit = RUNTIME_WORKLOADS.get(w, "kreads/s")
+            if by_workload.get(w):
+                res.add(f"tracing.{w}", system, statistics.median(by_workload[w]), unit)
+            else:
+                res.miss(f"tracing.{w}", system, "no result")
+    res.notes.append(f"tracing: {rounds} alternating rounds of the three builds/settings; "
+                     "spindle-traced wrote its trace to " + trace_path.name)
+    with contextlib.suppress(OSError):
+        io_path.unlink()
+
+
+def tracing_checks(res):
+    """The sites' cost with tracing off (bound 1.02x), and tracing on's."""
+    lines = []
+    for w in TRACING_RUNTIME + TRACING_IO:
+        sv, unit = res.value(f"tracing.{w}", "spindle")
+        nv, _ = res.value(f"tracing.{w}", "spindle-no-trace-sites")
+        tv, _ = res.value(f"tracing.{w}", "spindle-traced")
+        off = cost_ratio(sv, nv, unit)
+        on = cost_ratio(tv, nv, unit)
+        if off is None:
+            lines.append(f"tracing.{w}: not measured")
+            continue
+        verdict = "met" if off <= TRACING_BOUND else "NOT met"
+        on_text = f"; tracing on: {on:.2f}x" if on is not None else ""
+        lines.append(f"tracing.{w}: sites in, tracing off: {fmt(sv)} {unit} vs {fmt(nv)} {unit} "
+                     f"without the sites: {off:.3f}x: {verdict} (target <= {TRACING_BOUND}x)"
+                     f"{on_text}")
+    return lines
+
+
 def canonical_workloads():
     names = []
     for w in RUNTIME_WORKLOADS:
@@ -1358,7 +1475,7 @@ def canonical_workloads():
     resp = [f"resp.{t}.p{p}" for p in (1, 16) for t in RESP_TESTS.values()]
     return names + ["scan.files", "scan.bytes"] + fiber + ["http_get"] + resp + \
         ["echo_64b.p50", "echo_64b.p99", "echo_64b.rate"] + list(FOLD_TREES.values()) + \
-        ["du_usr"]
+        ["du_usr"] + [f"tracing.{w}" for w in TRACING_RUNTIME + TRACING_IO]
 
 
 def rank(order, name):
@@ -1458,7 +1575,7 @@ def write_markdown(path, rows, res, cfg, status, checks):
         out.append("| " + " | ".join(str(c).replace("|", "/") for c in r) + " |")
     out.append("")
     if checks:
-        out.append("## Targets (the issues of the sections run: fiber, process, fold)")
+        out.append("## Targets (the issues of the sections run: fiber, process, fold, tracing)")
         out.append("")
         for c in checks:
             out.append(f"- {c}")
@@ -1534,7 +1651,8 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench-results"),
                     help="output directory (default bench-results/)")
     ap.add_argument("--only", action="append",
-                    choices=["runtime", "io", "scan", "fiber", "process", "net", "fold"],
+                    choices=["runtime", "io", "scan", "fiber", "process", "net", "fold",
+                             "tracing"],
                     help="run only this section (repeatable)")
     cfg = ap.parse_args()
     if cfg.workers < 1:
@@ -1548,7 +1666,8 @@ def main():
     cfg.park_reps = 1 if cfg.quick else cfg.reps  # fresh processes of 100,000 parked fibers
     cfg.net_seconds = 2 if cfg.quick else 5  # each wrk and echo run
     cfg.resp_requests = 50_000 if cfg.quick else 200_000  # each redis-benchmark run
-    sections = cfg.only or ["runtime", "io", "scan", "fiber", "process", "net", "fold"]
+    sections = cfg.only or ["runtime", "io", "scan", "fiber", "process", "net", "fold",
+                            "tracing"]
     out_dir = Path(cfg.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -1649,6 +1768,10 @@ def main():
             peer_runtime_fold(cfg, res, system, exe, rounds)
         fold_du(cfg, res)
         checks += fold_checks(cfg, res)
+    if "tracing" in sections:
+        build_no_trace_sites()
+        tracing(cfg, res, out_dir)
+        checks += tracing_checks(res)
 
     rows = table_rows(res)
     print()

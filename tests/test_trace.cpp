@@ -38,6 +38,9 @@ namespace {
 class TraceTest : public ::testing::Test {
  protected:
   void SetUp() override {
+#if defined(SPINDLE_TRACE_SITES) && !SPINDLE_TRACE_SITES
+    GTEST_SKIP() << "built with -Dtrace_sites=false (TraceSitesCompiledOut covers it)";
+#endif
     dir_ = fs::temp_directory_path() /
            ("spindle_trace_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -258,3 +261,22 @@ TEST_F(TraceTest, APathThatCannotBeOpenedIsAClearError) {
   { runtime rt{runtime_config{.workers = 1}}; }
   EXPECT_FALSE(fs::exists(dir_ / "no"));
 }
+
+#if defined(SPINDLE_TRACE_SITES) && !SPINDLE_TRACE_SITES
+// A build without the event sites refuses a trace path instead of writing
+// an empty trace, and ignores the environment variable.
+TEST(TraceSitesCompiledOut, ATracePathIsNotSupported) {
+  try {
+    runtime rt{runtime_config{.workers = 1, .trace_path = "/dev/null"}};
+    FAIL() << "the runtime started";
+  } catch (std::system_error const& e) {
+    EXPECT_EQ(e.code(), std::errc::not_supported);
+  }
+  ASSERT_EQ(::setenv("SPINDLE_TRACE", "/dev/null", 1), 0);
+  {
+    runtime rt{runtime_config{.workers = 1}};
+    EXPECT_TRUE(rt.config().trace_path.empty());
+  }
+  ::unsetenv("SPINDLE_TRACE");
+}
+#endif

@@ -193,8 +193,8 @@ task_header* scheduler_core::steal_work(worker* w) noexcept {
     if (task_header* task = workers[victim]->queue.steal_into(w->queue, &stolen)) {
       w->counters.stolen.add(stolen);
       w->counters.steal_operations.add();
-      if (w->trace != nullptr) [[unlikely]] {
-        w->trace->push({steady_now_ns(), 0, victim, stolen, nullptr, trace_kind::steal});
+      if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
+        trace->push({steady_now_ns(), 0, victim, stolen, nullptr, trace_kind::steal});
       }
       return task;
     }

@@ -98,7 +98,17 @@ runtime_config resolve_config(runtime_config config) {
   }
   if (char const* env = std::getenv("SPINDLE_TRACE");
       config.trace_path.empty() && env != nullptr && *env != '\0') {
-    config.trace_path = env;
+    if constexpr (trace_sites) {
+      config.trace_path = env;
+    } else {
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        std::fputs(
+            "spindle: SPINDLE_TRACE ignored: this build has no trace sites "
+            "(meson option trace_sites=false)\n",
+            stderr);
+      });
+    }
   }
   return config;
 }
@@ -130,6 +140,12 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
   std::size_t n = config_.workers;
   driver_ = make_driver(host_, config_);
   if (!config_.trace_path.empty()) {
+    if constexpr (!trace_sites) {
+      throw std::system_error(std::make_error_code(std::errc::not_supported),
+                              "spindle: cannot trace to " + config_.trace_path +
+                                  ": this build has no trace sites (meson option "
+                                  "trace_sites=false)");
+    }
     tracer_ = std::make_unique<tracer>(config_.trace_path, n, config_.trace_buffer_events,
                                        steady_ns(epoch_));
     for (std::size_t i = 0; i < n; ++i)
@@ -380,19 +396,20 @@ void scheduler::run_worker(worker* w) {
 
 void scheduler::park_worker(worker* w) noexcept {
   if (!core_.begin_park(w)) return;
+  trace_ring* const trace = tracing(w->trace);
   while (!shutdown_.load(std::memory_order_acquire)) {
     // Sleep until the next timer of this worker's wheel at the latest; a
     // timer armed from another thread meanwhile unparks us to re-read it.
     std::uint64_t deadline = timer_deadline_ns(w);
-    std::uint64_t const slept = w->trace != nullptr ? steady_now_ns() : 0;
+    std::uint64_t const slept = trace != nullptr ? steady_now_ns() : 0;
     if (driver_->park_in_driver(w->index)) {
       w->park.park_in_driver(*driver_, w->index, deadline);
     } else {
       w->park.park(deadline);
     }
-    if (w->trace != nullptr) {
+    if (trace != nullptr) {
       std::uint64_t const woke = steady_now_ns();
-      w->trace->push({slept, woke - slept, 0, 0, nullptr, trace_kind::park});
+      trace->push({slept, woke - slept, 0, 0, nullptr, trace_kind::park});
     }
     core_.begin_wakeup(w);
     std::size_t reaped = driver_->poll(w->index);
@@ -400,8 +417,8 @@ void scheduler::park_worker(worker* w) noexcept {
     fire_timers(w);
     if (dump_requested(w)) answer_dump(w);  // dump() unparked us to ask
     bool const leaves = core_.finish_wakeup(w);
-    if (w->trace != nullptr) {
-      w->trace->push({steady_now_ns(), 0, 0, leaves ? 1 : 0, nullptr, trace_kind::unpark});
+    if (trace != nullptr) {
+      trace->push({steady_now_ns(), 0, 0, leaves ? 1 : 0, nullptr, trace_kind::unpark});
     }
     if (leaves) return;
   }

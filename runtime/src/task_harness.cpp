@@ -230,7 +230,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   ctx.sync_io_budget = sync_io_per_poll_;
   task->cancel = nullptr;  // until an awaiter says how to withdraw
   // Tracing (trace.hpp): the one branch of the poll's span, off the path.
-  if (ctx.trace == nullptr) [[likely]] {
+  if (tracing(ctx.trace) == nullptr) [[likely]] {
     task->resume_point.resume();
   } else {
     resume_traced(task, ctx.trace);

@@ -68,8 +68,8 @@ std::size_t scheduler::fire_timers(worker* w) noexcept {
   // Woken outside the lock; entries are not touched any more.
   std::size_t n = shard.fired.size();
   for (task_header* task : shard.fired) {
-    if (w->trace != nullptr) [[unlikely]] {
-      w->trace->push({steady_now_ns(), 0, task_id(task), 0, nullptr, trace_kind::timer_fire});
+    if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
+      trace->push({steady_now_ns(), 0, task_id(task), 0, nullptr, trace_kind::timer_fire});
     }
     wake(task);
   }

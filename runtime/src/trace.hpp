@@ -12,9 +12,12 @@
 //
 // Cost when off: each event site is one predictable branch. The scheduler's
 // sites test the worker's (or thread context's) ring pointer, null when
-// off; the I/O sites, which do not know their runtime, test one global
-// counter of tracing runtimes (trace_active()), read-only while no runtime
-// traces. When on: a steady_clock read and a 48-byte store per event.
+// off (through tracing()); the I/O sites, which do not know their runtime,
+// test one global counter of tracing runtimes (trace_active()), read-only
+// while no runtime traces. When on: a steady_clock read and a 48-byte store
+// per event. A build with -Dtrace_sites=false (SPINDLE_TRACE_SITES=0)
+// compiles every site out: bench/compare.py's tracing section runs the
+// workloads on both builds side by side to show what the branches cost.
 //
 // Thread-safety: trace_ring::push on its worker's thread only; tracer's
 // external events from any thread; write() after every producer stopped.
@@ -36,12 +39,31 @@ namespace spindle::detail {
 
 struct task_header;
 
+#ifndef SPINDLE_TRACE_SITES
+#define SPINDLE_TRACE_SITES 1
+#endif
+/// Whether this build has the event sites (meson option trace_sites).
+inline constexpr bool trace_sites = SPINDLE_TRACE_SITES != 0;
+
 /// Runtimes that trace now, in this process (any thread reads it).
 inline std::atomic<unsigned> tracing_runtimes{0};
 
 /// The I/O sites' branch: is any runtime tracing?
 [[nodiscard]] inline bool trace_active() noexcept {
-  return tracing_runtimes.load(std::memory_order_relaxed) != 0;
+  return trace_sites && tracing_runtimes.load(std::memory_order_relaxed) != 0;
+}
+
+class trace_ring;
+/// The scheduler's sites' branch: `ring` (a worker's or the thread
+/// context's, null when its runtime does not trace), or null in a build
+/// without the sites, where the site then compiles to nothing.
+[[nodiscard]] inline trace_ring* tracing(trace_ring* ring) noexcept {
+  if constexpr (trace_sites) {
+    return ring;
+  } else {
+    static_cast<void>(ring);
+    return nullptr;
+  }
 }
 
 enum class trace_kind : std::uint8_t {

@@ -145,6 +145,10 @@ struct runtime_config {
   /// traced. Off (empty), each event site costs one predictable branch.
   /// SPINDLE_TRACE applies to every runtime the process creates: each one
   /// rewrites the file at its shutdown, so the last one's trace remains.
+  /// A spindle built with the meson option trace_sites=false has no event
+  /// sites: there a non-empty trace_path makes the constructor throw
+  /// std::system_error(not_supported), and SPINDLE_TRACE is ignored with a
+  /// warning on stderr.
   std::string trace_path{};
   /// Tracing: events kept per worker (>= 1, else the constructor throws
   /// std::system_error(invalid_argument)): a ring of 48-byte records in
