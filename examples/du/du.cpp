@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <spindle/fold.hpp>
 #include <spindle/io.hpp>
@@ -46,10 +48,12 @@ are not followed; a hard-linked file is counted once, where du first meets
 it (every time with -l). An unreadable directory is reported on stderr and
 counted with its own size; the exit status is then 1.
 
-The walk is a parallel fold (spindle::fold) on -j worker threads; the
-entries' statx go through io_uring (IORING_OP_STATX, one batch per
-directory), or the thread pool with SPINDLE_IO=threadpool, or are direct
-system calls with --sync-stat.)";
+The walk is a parallel fold (spindle::fold) on -j worker threads. The
+entries' statx are direct system calls while they are fast (the inodes are
+cached) and go through io_uring (IORING_OP_STATX, one batch per directory;
+the thread pool with SPINDLE_IO=threadpool) once one takes longer than
+50 us (the disk): --stat=auto, the default. --stat=sync (or --sync-stat)
+always calls statx directly, --stat=uring always batches.)";
 
 std::string join(std::string const& dir, char const* name) {
   std::string p;
@@ -106,6 +110,27 @@ struct tree {
   /// thousands in flight at once made it allocate fresh slabs all the time.
   spindle::semaphore* statx_permits = nullptr;
   std::size_t statx_chunk = 64;
+  /// --stat=auto: a directory stats its entries directly, timing each,
+  /// until one takes longer than slow_statx_ns (a warm statx takes 1-3 us;
+  /// one that reads the disk, tens of us at least); the rest of its entries
+  /// then go to a batch, and so do the next batch_after_slow directories'
+  /// (then one probes again). Through io_uring every statx goes to an io-wq
+  /// kernel thread, about 1.4 us more CPU per entry: worth it only when the
+  /// batch overlaps disk reads. SPINDLE_DU_SLOW_STATX_NS overrides the
+  /// threshold (tests: 0 makes every statx slow).
+  bool adaptive = false;
+  std::uint64_t slow_statx_ns = 50'000;
+  static constexpr int batch_after_slow = 64;
+  mutable std::atomic<int> batch_dirs{0};
+
+  // --stat=auto: whether this directory starts in a batch (taking one of
+  // batch_dirs), rather than probing with direct calls.
+  bool starts_batched() const noexcept {
+    int n = batch_dirs.load(std::memory_order_relaxed);
+    while (n > 0 && !batch_dirs.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
+    return n > 0;
+  }
 
   // A non-directory entry whose statx is known: summed, or recorded when
   // printed (-a) or possibly counted elsewhere (a hard link).
@@ -167,6 +192,8 @@ struct tree {
       open_batches.fetch_sub(1, std::memory_order_relaxed);
       batch = false;
     }
+    // --stat=auto: direct statx first, timed (see adaptive).
+    bool probing = batch && adaptive && !starts_batched();
     DIR* d = dir.get();
     std::size_t seen = 0;
     bool pending = false;  // entries left for the batch
@@ -180,6 +207,16 @@ struct tree {
       char const* name = de->d_name;
       if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
       ++seen;
+      if (probing) {
+        auto const start = std::chrono::steady_clock::now();
+        stat_now(r, fd, name, emit);
+        auto const took = std::chrono::steady_clock::now() - start;
+        if (static_cast<std::uint64_t>(std::chrono::nanoseconds(took).count()) >= slow_statx_ns) {
+          probing = false;  // the disk: batch the rest, and the next directories
+          batch_dirs.store(batch_after_slow, std::memory_order_relaxed);
+        }
+        continue;
+      }
       if (!batch || de->d_type == DT_UNKNOWN) {
         stat_now(r, fd, name, emit);
         continue;
@@ -437,8 +474,16 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   app.add_flag("-s,--summarize", out.summarize, "Print only a total for each PATH");
   app.add_flag("-l,--count-links", out.count_links, "Count hard-linked files every time");
   app.add_flag("--json", out.json, "Print a JSON array of {path, bytes}");
-  app.add_flag("--sync-stat", out.sync_stat,
-               "statx as direct system calls in the walk, not through io_uring");
+  std::map<std::string, options::stat_mode> const modes{{"auto", options::stat_mode::automatic},
+                                                        {"sync", options::stat_mode::sync},
+                                                        {"uring", options::stat_mode::uring}};
+  app.add_option("--stat", out.stat,
+                 "auto: direct statx while fast, io_uring batches once one is slow "
+                 "(default); sync: always direct; uring: always io_uring batches")
+      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_flag_callback(
+      "--sync-stat", [&out] { out.stat = options::stat_mode::sync; }, "The same as --stat=sync");
   app.add_option("-j,--threads", out.workers, "Worker threads (default: all CPUs)")
       ->check(CLI::NonNegativeNumber)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -457,7 +502,7 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   } catch (CLI::ParseError const& e) {
     std::fprintf(
         stderr,
-        "spindle-du: %s\nUsage: spindle-du [-a] [-s] [-l] [-j N] [--json] [--sync-stat] [PATH]...\n"
+        "spindle-du: %s\nUsage: spindle-du [-a] [-s] [-l] [-j N] [--json] [--stat=MODE] [PATH]...\n"
         "Try 'spindle-du --help' for more information.\n",
         e.what());
     return 1;
@@ -480,6 +525,9 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
 int run(options const& opts) {
   spindle::runtime rt{{.workers = opts.workers}};
   tree g{opts.all, opts.count_links, opts.paths.size() > 1};
+  g.adaptive = opts.stat == options::stat_mode::automatic;
+  if (char const* env = std::getenv("SPINDLE_DU_SLOW_STATX_NS"))
+    g.slow_statx_ns = std::strtoull(env, nullptr, 10);
   // Batches hold a directory descriptor each: at most half of what is left.
   if (struct rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     g.max_open_batches = rl.rlim_cur > 192 ? (rl.rlim_cur - 128) / 2 : 32;
@@ -495,7 +543,7 @@ int run(options const& opts) {
     dev_t dev = 0;
     ino_t ino = 0;
     bool is_dir = false;
-    if (opts.sync_stat) {
+    if (opts.stat != options::stat_mode::uring) {
       struct statx stx {};
       if (::statx(AT_FDCWD, path.c_str(), kStatFlags,
                   STATX_TYPE | STATX_SIZE | STATX_INO | STATX_NLINK, &stx) != 0) {
@@ -532,7 +580,7 @@ int run(options const& opts) {
     root.own_bytes = size;
     root.dev = dev;
     root.ino = ino;
-    if (opts.sync_stat) {
+    if (opts.stat == options::stat_mode::sync) {
       (void)rt.fold(g, dir_count{}, dnode{&root}, kPolicy);
     } else {
       rt.block_on(walk_batched(g, &root));

@@ -28,11 +28,14 @@
 namespace du {
 
 struct options {
-  bool all = false;                ///< -a: a line for files too
-  bool summarize = false;          ///< -s: only a total per PATH
-  bool count_links = false;        ///< -l: hard links counted every time
-  bool json = false;               ///< --json: a JSON array instead of lines
-  bool sync_stat = false;          ///< --sync-stat: statx as direct system calls in the walk
+  bool all = false;          ///< -a: a line for files too
+  bool summarize = false;    ///< -s: only a total per PATH
+  bool count_links = false;  ///< -l: hard links counted every time
+  bool json = false;         ///< --json: a JSON array instead of lines
+  /// --stat=auto (default): direct statx in the walk while they are fast
+  /// (cached inodes), batches through the I/O driver after one is slow (the
+  /// disk); sync (--sync-stat): always direct; uring: always batches.
+  enum class stat_mode { automatic, sync, uring } stat = stat_mode::automatic;
   std::size_t workers = 0;         ///< -j; 0: all CPUs
   std::vector<std::string> paths;  ///< default "."
 };

@@ -8,8 +8,12 @@
 # names that are not UTF-8 (and with spaces, newlines are avoided: sort is
 # by line), deep nesting, one directory of more than 10,000 entries (du then
 # visits in inode order), several operands (hard links counted once across
-# them), a file operand, a missing operand; again with --sync-stat (statx
-# as direct system calls instead of batches through the I/O driver).
+# them), a file operand, a missing operand. The default --stat=auto stats
+# with direct calls while they are fast, which they are here; again with
+# --stat=uring (every statx in batches through the I/O driver), with
+# --sync-stat (every statx a direct call), and with auto told that every
+# statx is slow (SPINDLE_DU_SLOW_STATX_NS=0: each directory that probes
+# switches to a batch after its first entry).
 # Unreadable directories (du's "cannot read directory" on stderr, exit 1,
 # the rest counted) and a readable directory without search permission
 # (du's "cannot access" for each entry), in both modes, are checked
@@ -97,13 +101,22 @@ compare "a symlink operand is not followed" "$T/other/dir_symlink"
 compare "a missing operand" "$T/nope" "$T/a"
 DU_EXTRA="-j 1" compare "one worker (-j 1)" -a "$T"
 DU_EXTRA="-j 3" compare "three workers (-j 3)" -a "$T"
-# The statx of the entries as direct system calls (--sync-stat) instead of
-# batches through the I/O driver.
+# The statx of the entries as direct system calls (--sync-stat), all in
+# batches through the I/O driver (--stat=uring), and auto switching to
+# batches in every directory that probes (SPINDLE_DU_SLOW_STATX_NS=0).
+for mode in "--sync-stat" "--stat=uring"; do
+  for flags in "" "-a" "-l"; do
+    # shellcheck disable=SC2086
+    DU_EXTRA="$mode" compare "$mode ${flags:-default}" $flags "$T"
+  done
+  DU_EXTRA="$mode" compare "$mode several operands" -a "$T/links" "$T/other" "$T/a"
+done
+export SPINDLE_DU_SLOW_STATX_NS=0
 for flags in "" "-a" "-l"; do
   # shellcheck disable=SC2086
-  DU_EXTRA="--sync-stat" compare "--sync-stat ${flags:-default}" $flags "$T"
+  compare "--stat=auto, every statx slow, ${flags:-default}" $flags "$T"
 done
-DU_EXTRA="--sync-stat" compare "--sync-stat several operands" -a "$T/links" "$T/other" "$T/a"
+unset SPINDLE_DU_SLOW_STATX_NS
 
 # --json: one entry per du line.
 if "$DU" --json "$T" | python3 -c '
@@ -144,7 +157,7 @@ else
   # Readable but not searchable: the names are listed, every statx of an
   # entry fails (du: cannot access ..., not descended).
   chmod 644 "$U/noexec"
-  for mode in "" "--sync-stat"; do
+  for mode in "" "--sync-stat" "--stat=uring"; do
     label="unreadable directories${mode:+ ($mode)}"
     # shellcheck disable=SC2086
     "${RUNAS[@]}" "$DU" $mode "$U" >"$WORK/s.out" 2>"$WORK/s.err"
