@@ -95,8 +95,9 @@ every workload on every system with the same worker count (default 2):
            N-slot arena) and openmp (omp task per child + taskwait, g++
            -fopenmp; bench/peers/fold). Every program does the same work per
            node: bench_fold calibrates the rounds, the peers get them through
-           SPINDLE_FOLD_ROUNDS. Then du_usr: `spindle-du -s /usr` (-j N) and
-           `du -sb /usr`, warm (one run of each first), seconds; the totals
+           SPINDLE_FOLD_ROUNDS. Then du_usr: `spindle-du -s /usr` (-j N; as
+           spindle, its default --stat=auto, spindle-sync-stat and
+           spindle-uring-stat) and `du -sb /usr`, warm (one run of each first), seconds; the totals
            must agree. After the table, one line per target of the fold
            issue: met or NOT met.
 
@@ -1234,7 +1235,7 @@ def net(cfg, res, status, out_dir):
 # Output
 
 SYSTEM_ORDER = ["spindle", "spindle-task", "spindle-fold-pool", "spindle-spawn", "spindle-sync-stat",
-                "spindle-no-trace-sites", "spindle-traced",
+                "spindle-uring-stat", "spindle-no-trace-sites", "spindle-traced",
                 "sequential",
                 "tokio", "onetbb", "openmp", "gnu-du", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
@@ -1286,11 +1287,15 @@ def fold_du(cfg, res):
     if not spindle_du.exists() or not shutil.which("du"):
         res.miss("du_usr", "spindle", "spindle-du or du missing")
         return
-    # spindle: statx batches through io_uring (the default); spindle-sync-stat:
-    # direct statx calls inside the fold (--sync-stat).
+    # spindle: --stat=auto (the default: direct statx while fast, io_uring
+    # batches once one is slow); spindle-sync-stat: direct statx calls inside
+    # the fold (--sync-stat); spindle-uring-stat: every statx in io_uring
+    # batches (--stat=uring).
     cmds = {"spindle": [str(spindle_du), "-s", "-j", str(cfg.workers), "/usr"],
             "spindle-sync-stat": [str(spindle_du), "--sync-stat", "-s", "-j", str(cfg.workers),
                                   "/usr"],
+            "spindle-uring-stat": [str(spindle_du), "--stat=uring", "-s", "-j",
+                                   str(cfg.workers), "/usr"],
             "gnu-du": ["du", "-sb", "/usr"]}
     totals = {}
     times = {k: [] for k in cmds}
@@ -1304,7 +1309,7 @@ def fold_du(cfg, res):
             times[name].append(time.perf_counter() - t0)
     for name in cmds:
         res.add("du_usr", name, statistics.median(times[name]), "s")
-    for name in ("spindle", "spindle-sync-stat"):
+    for name in ("spindle", "spindle-sync-stat", "spindle-uring-stat"):
         if totals[name] != totals["gnu-du"]:
             res.notes.append(f"du_usr: totals differ: {name} {totals[name]}, "
                              f"du {totals['gnu-du']}")
@@ -1351,7 +1356,8 @@ def fold_checks(cfg, res):
         lines.append(f"fold_heavy speedup: {qv / sv:.2f}x the sequential fold: "
                      f"{'met' if qv / sv >= 1.9 else 'NOT met'} (target >= 1.9x)")
     dv, _ = res.value("du_usr", "gnu-du")
-    for name, how in (("spindle", "io_uring statx"), ("spindle-sync-stat", "--sync-stat")):
+    for name, how in (("spindle", "--stat=auto"), ("spindle-sync-stat", "--sync-stat"),
+                      ("spindle-uring-stat", "--stat=uring")):
         sv, _ = res.value("du_usr", name)
         if sv is not None and dv is not None:
             lines.append(f"du_usr ({how}): spindle-du {sv:.3f} s vs du {dv:.3f} s: "
