@@ -77,10 +77,17 @@ every workload on every system with the same worker count (default 2):
            -Dtrace_sites=false: every site compiled out) and spindle-traced
            (this build, SPINDLE_TRACE set: tracing on). Rounds alternate
            the three (rotating who goes first), each round a median of 3
-           repetitions; the table has the medians over the rounds (5, or 3
-           with --quick). After the table: per workload, the sites' cost
-           with tracing off (met when at most 1.02x the build without them)
-           and tracing on's cost.
+           repetitions; the table has the medians over the rounds (9, or 3
+           with --quick). After the table: per workload, the median over
+           the rounds of each round's cost ratio (paired: both builds ran
+           within seconds of each other) of the sites with tracing off
+           (met when at most 1.02x the build without them) and of tracing
+           on. Then instructions per operation of both builds
+           (bench/icount, callgrind: deterministic) as
+           tracing.instructions.<workload>. A 2% bound needs a quiet machine: on a shared one, run
+           compare.py as root under `chrt -f 10` (every program it starts
+           inherits the real-time class, so other processes cannot preempt
+           them; both builds alike).
 
   fold     a bottom-up fold (each node's value a hash after ~20 ns or ~20 us
            of work; a node's result the sum over its subtree) on three
@@ -331,6 +338,8 @@ def build_spindle(sections):
                     if t + ":" in ninja_targets()]
     if "process" in sections:
         targets.append("bench/bench_process")
+    if "tracing" in sections:
+        targets.append("bench/bench_icount")
     run(["ninja", "-C", str(BUILD), *targets])
 
 
@@ -1373,6 +1382,7 @@ TRACING_RUNTIME = [w for w in RUNTIME_WORKLOADS if w not in ("fib_35", "memory_p
 TRACING_IO = ["read_4k_rand_qd1", "read_4k_rand_qd32"]
 TRACING_SYSTEMS = ["spindle", "spindle-no-trace-sites", "spindle-traced"]
 TRACING_BOUND = 1.02  # the issue's bound: no workload more than 2% slower
+ICOUNT_WORKLOADS = ["spawn_await", "yield", "chain", "remote_spawn", "tcp_ping_pong"]
 
 
 def build_no_trace_sites():
@@ -1382,8 +1392,9 @@ def build_no_trace_sites():
         run(["meson", "setup", str(NO_TRACE_SITES_BUILD), "-Dbuildtype=release",
              "-Dtests=disabled", "-Dbenchmarks=enabled", "-Dexamples=disabled",
              "-Dtrace_sites=false"], cwd=ROOT)
-    log("building bench_runtime and bench_io without trace sites")
-    run(["ninja", "-C", str(NO_TRACE_SITES_BUILD), "bench/bench_runtime", "bench/bench_io"])
+    log("building bench_runtime, bench_io and bench_icount without trace sites")
+    run(["ninja", "-C", str(NO_TRACE_SITES_BUILD), "bench/bench_runtime", "bench/bench_io",
+         "bench/bench_icount"])
 
 
 def tracing_round(cfg, system, io_path, trace_path):
@@ -1426,44 +1437,82 @@ def tracing(cfg, res, out_dir):
     io_path = out_dir / "tracing-io-file"
     make_io_file(io_path, 256)
     trace_path = out_dir / "tracing-bench-trace.json"
-    rounds = 3 if cfg.quick else 5
+    rounds = 3 if cfg.quick else 9
     samples = {s: {} for s in TRACING_SYSTEMS}
     for i in range(rounds):
         order = TRACING_SYSTEMS[i % 3:] + TRACING_SYSTEMS[:i % 3]
+        got = {}
         for system in order:
             log(f"tracing: round {i + 1}/{rounds}: {system}")
-            for w, v in tracing_round(cfg, system, io_path, trace_path).items():
-                samples[system].setdefault(w, []).append(v)
+            got[system] = tracing_round(cfg, system, io_path, trace_path)
+        for system, values in got.items():
+            for w in TRACING_RUNTIME + TRACING_IO:
+                # None where this round has no value, so rounds stay paired.
+                samples[system].setdefault(w, []).append(values.get(w))
+    res.tracing_rounds = samples
     for system, by_workload in samples.items():
         for w in TRACING_RUNTIME + TRACING_IO:
             unit = RUNTIME_WORKLOADS.get(w, "kreads/s")
-            if by_workload.get(w):
-                res.add(f"tracing.{w}", system, statistics.median(by_workload[w]), unit)
+            values = [v for v in by_workload.get(w, []) if v is not None]
+            if values:
+                res.add(f"tracing.{w}", system, statistics.median(values), unit)
             else:
                 res.miss(f"tracing.{w}", system, "no result")
     res.notes.append(f"tracing: {rounds} alternating rounds of the three builds/settings; "
                      "spindle-traced wrote its trace to " + trace_path.name)
+    # Instructions per operation (bench/icount: callgrind, deterministic):
+    # what the sites add, whatever the machine's load.
+    if shutil.which("valgrind") is None:
+        res.notes.append("tracing: valgrind not installed: no instruction counts")
+        return
+    for system, build in (("spindle", BUILD), ("spindle-no-trace-sites", NO_TRACE_SITES_BUILD)):
+        log(f"tracing: instructions per operation (callgrind), {system}")
+        code, out, err = run([str(ROOT / "bench" / "icount"), str(build)], check=False)
+        if code != 0:
+            res.notes.append(f"tracing: bench/icount {build.name} failed: {err.strip()[-200:]}")
+            continue
+        for line in out.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                res.add(f"tracing.instructions.{parts[0]}", system, int(parts[1]),
+                        "instructions/op")
     with contextlib.suppress(OSError):
         io_path.unlink()
 
 
+def paired_ratio(res, w, system, unit):
+    """Median over the rounds of system's cost over the build without sites."""
+    rounds = getattr(res, "tracing_rounds", {})
+    ratios = [cost_ratio(a, b, unit) for a, b in
+              zip(rounds.get(system, {}).get(w, []),
+                  rounds.get("spindle-no-trace-sites", {}).get(w, []))]
+    ratios = [r for r in ratios if r is not None]
+    return (statistics.median(ratios), len(ratios)) if ratios else (None, 0)
+
+
 def tracing_checks(res):
-    """The sites' cost with tracing off (bound 1.02x), and tracing on's."""
+    """The sites' cost with tracing off (bound 1.02x), and tracing on's:
+    medians of the per-round (paired) cost ratios."""
     lines = []
     for w in TRACING_RUNTIME + TRACING_IO:
         sv, unit = res.value(f"tracing.{w}", "spindle")
         nv, _ = res.value(f"tracing.{w}", "spindle-no-trace-sites")
-        tv, _ = res.value(f"tracing.{w}", "spindle-traced")
-        off = cost_ratio(sv, nv, unit)
-        on = cost_ratio(tv, nv, unit)
+        off, n = paired_ratio(res, w, "spindle", unit)
+        on, _ = paired_ratio(res, w, "spindle-traced", unit)
         if off is None:
             lines.append(f"tracing.{w}: not measured")
             continue
         verdict = "met" if off <= TRACING_BOUND else "NOT met"
         on_text = f"; tracing on: {on:.2f}x" if on is not None else ""
         lines.append(f"tracing.{w}: sites in, tracing off: {fmt(sv)} {unit} vs {fmt(nv)} {unit} "
-                     f"without the sites: {off:.3f}x: {verdict} (target <= {TRACING_BOUND}x)"
-                     f"{on_text}")
+                     f"without the sites; paired ratio, median of {n} rounds: {off:.3f}x: "
+                     f"{verdict} (target <= {TRACING_BOUND}x){on_text}")
+    for w in ICOUNT_WORKLOADS:
+        sv, _ = res.value(f"tracing.instructions.{w}", "spindle")
+        nv, _ = res.value(f"tracing.instructions.{w}", "spindle-no-trace-sites")
+        if sv is not None and nv:
+            lines.append(f"tracing.instructions.{w}: {int(sv)} vs {int(nv)} instructions/op without the "
+                         f"sites: {int(sv - nv):+d} ({(sv / nv - 1) * 100:+.1f}%)")
     return lines
 
 
@@ -1481,7 +1530,8 @@ def canonical_workloads():
     resp = [f"resp.{t}.p{p}" for p in (1, 16) for t in RESP_TESTS.values()]
     return names + ["scan.files", "scan.bytes"] + fiber + ["http_get"] + resp + \
         ["echo_64b.p50", "echo_64b.p99", "echo_64b.rate"] + list(FOLD_TREES.values()) + \
-        ["du_usr"] + [f"tracing.{w}" for w in TRACING_RUNTIME + TRACING_IO]
+        ["du_usr"] + [f"tracing.{w}" for w in TRACING_RUNTIME + TRACING_IO] + \
+        [f"tracing.instructions.{w}" for w in ICOUNT_WORKLOADS]
 
 
 def rank(order, name):
