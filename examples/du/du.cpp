@@ -111,10 +111,11 @@ struct tree {
   spindle::semaphore* statx_permits = nullptr;
   std::size_t statx_chunk = 64;
   /// --stat=auto: a directory stats its entries directly, timing each,
-  /// until one takes longer than slow_statx_ns (a warm statx takes 1-3 us;
-  /// one that reads the disk, tens of us at least); the rest of its entries
-  /// then go to a batch, and so do the next batch_after_slow directories'
-  /// (then one probes again). Through io_uring every statx goes to an io-wq
+  /// until a second one takes longer than slow_statx_ns (a warm statx takes
+  /// 1-3 us; one that reads the disk, tens of us at least; one slow entry
+  /// alone may only have been preempted); the rest of its entries then go
+  /// to a batch, and so do the next batch_after_slow directories' (then one
+  /// probes again). Through io_uring every statx goes to an io-wq
   /// kernel thread, about 1.4 us more CPU per entry: worth it only when the
   /// batch overlaps disk reads. SPINDLE_DU_SLOW_STATX_NS overrides the
   /// threshold (tests: 0 makes every statx slow).
@@ -192,8 +193,13 @@ struct tree {
       open_batches.fetch_sub(1, std::memory_order_relaxed);
       batch = false;
     }
-    // --stat=auto: direct statx first, timed (see adaptive).
+    // --stat=auto: direct statx first, timed (see adaptive): one clock read
+    // per entry, each entry's time running from the previous one's end (so
+    // a readdir that read the disk counts too).
     bool probing = batch && adaptive && !starts_batched();
+    int slow_seen = 0;
+    auto last =
+        probing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     DIR* d = dir.get();
     std::size_t seen = 0;
     bool pending = false;  // entries left for the batch
@@ -208,10 +214,11 @@ struct tree {
       if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
       ++seen;
       if (probing) {
-        auto const start = std::chrono::steady_clock::now();
         stat_now(r, fd, name, emit);
-        auto const took = std::chrono::steady_clock::now() - start;
-        if (static_cast<std::uint64_t>(std::chrono::nanoseconds(took).count()) >= slow_statx_ns) {
+        auto const now = std::chrono::steady_clock::now();
+        auto const took = std::chrono::nanoseconds(now - last).count();
+        last = now;
+        if (static_cast<std::uint64_t>(took) >= slow_statx_ns && ++slow_seen == 2) {
           probing = false;  // the disk: batch the rest, and the next directories
           batch_dirs.store(batch_after_slow, std::memory_order_relaxed);
         }

@@ -13,7 +13,7 @@
 # --stat=uring (every statx in batches through the I/O driver), with
 # --sync-stat (every statx a direct call), and with auto told that every
 # statx is slow (SPINDLE_DU_SLOW_STATX_NS=0: each directory that probes
-# switches to a batch after its first entry).
+# switches to a batch after its second entry).
 # Unreadable directories (du's "cannot read directory" on stderr, exit 1,
 # the rest counted) and a readable directory without search permission
 # (du's "cannot access" for each entry), in both modes, are checked
