@@ -193,13 +193,9 @@ struct tree {
       open_batches.fetch_sub(1, std::memory_order_relaxed);
       batch = false;
     }
-    // --stat=auto: direct statx first, timed (see adaptive): one clock read
-    // per entry, each entry's time running from the previous one's end (so
-    // a readdir that read the disk counts too).
+    // --stat=auto: direct statx first, each one timed (see adaptive).
     bool probing = batch && adaptive && !starts_batched();
     int slow_seen = 0;
-    auto last =
-        probing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     DIR* d = dir.get();
     std::size_t seen = 0;
     bool pending = false;  // entries left for the batch
@@ -214,10 +210,10 @@ struct tree {
       if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
       ++seen;
       if (probing) {
+        auto const start = std::chrono::steady_clock::now();
         stat_now(r, fd, name, emit);
-        auto const now = std::chrono::steady_clock::now();
-        auto const took = std::chrono::nanoseconds(now - last).count();
-        last = now;
+        auto const took =
+            std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count();
         if (static_cast<std::uint64_t>(took) >= slow_statx_ns && ++slow_seen == 2) {
           probing = false;  // the disk: batch the rest, and the next directories
           batch_dirs.store(batch_after_slow, std::memory_order_relaxed);
