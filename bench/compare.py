@@ -1311,7 +1311,7 @@ def fold_du(cfg, res):
     for name, cmd in cmds.items():  # warm the cache
         _, out, _ = run(cmd, check=False)
         totals[name] = out.split("\t")[0] if out else None
-    for _ in range(cfg.scan_reps):
+    for _ in range(cfg.reps):  # a run is well under a second
         for name, cmd in cmds.items():
             t0 = time.perf_counter()
             run(cmd, check=False)
