@@ -87,7 +87,8 @@ every workload on every system with the same worker count (default 2):
            tracing.instructions.<workload>. A 2% bound needs a quiet machine: on a shared one, run
            compare.py as root under `chrt -f 10` (every program it starts
            inherits the real-time class, so other processes cannot preempt
-           them; both builds alike).
+           them; both builds alike). Every round's values go to
+           DIR/tracing-rounds.json.
 
   fold     a bottom-up fold (each node's value a hash after ~20 ns or ~20 us
            of work; a node's result the sum over its subtree) on three
@@ -1450,6 +1451,7 @@ def tracing(cfg, res, out_dir):
                 # None where this round has no value, so rounds stay paired.
                 samples[system].setdefault(w, []).append(values.get(w))
     res.tracing_rounds = samples
+    (out_dir / "tracing-rounds.json").write_text(json.dumps(samples, indent=1) + "\n")
     for system, by_workload in samples.items():
         for w in TRACING_RUNTIME + TRACING_IO:
             unit = RUNTIME_WORKLOADS.get(w, "kreads/s")
