@@ -44,6 +44,13 @@
 // released (the handle's reference alone remains), and the owned lists and
 // queues are empty.
 //
+// Each seed runs one placement of remote pushes (runtime_config::placement):
+// global (the global queue) or p2c (the inbox of the less loaded of two
+// workers drawn by the core's placement RNG; searchers take from other
+// workers' inboxes). With p2c the simulator also checks that no worker is
+// registered as parked while its inbox holds tasks (a push into a parked
+// worker's inbox claims it; a worker that parks re-reads its inbox).
+//
 // SPINDLE_SIM_SEEDS=n sets the number of seeds (default 3000, scaled under
 // sanitizers); SPINDLE_SIM_SEED=s replays one seed with a step trace.
 #include <gtest/gtest.h>
@@ -176,14 +183,20 @@ struct sim_result {
   // Fibers: how many, switches into them, resumes on another worker than
   // the last, and a hash of (fiber, worker, step) in resume order.
   std::uint64_t fibers = 0, fiber_switches = 0, fiber_migrations = 0, fiber_trace = 0;
+  // Placement: seeds run with p2c, and tasks that went through an inbox.
+  std::uint64_t p2c_seeds = 0, inbox_pushes = 0;
 };
 
 class simulation {
  public:
-  simulation(std::uint64_t seed, bool trace)
+  /// `where`: the placement, or (by default) one drawn from the seed.
+  simulation(std::uint64_t seed, bool trace, int where = -1)
       : seed_(seed),
         trace_(trace),
         rng_(seed * 0x9e3779b97f4a7c15ULL + 1),
+        placement_(where >= 0        ? static_cast<spindle::placement>(where)
+                   : (seed & 1) != 0 ? spindle::placement::p2c
+                                     : spindle::placement::global),
         workers_(1 + rng_.below(6) + (rng_.below(8) == 0 ? 5 : 0)),
         budget_(rng_.below(4) == 0 ? 1 + rng_.below(8) : 128),
         tiers_(rng_.below(3) == 0 ? spindle::detail::idle_tiers{}
@@ -192,7 +205,7 @@ class simulation {
         tasks_(pool_size_),
         fakes_(pool_size_),
         platform_(workers_),
-        core_(platform_, workers_, budget_, seed, tiers_),
+        core_(platform_, workers_, budget_, seed, tiers_, placement_),
         vw_(workers_) {}
 
   sim_result run() {
@@ -215,6 +228,7 @@ class simulation {
     result_.steps = step_;
     result_.tasks = next_unused_;
     result_.unparks = platform_.unparks;
+    result_.p2c_seeds = placement_ == spindle::placement::p2c ? 1 : 0;
     for (auto const& t : tasks_)
       result_.runs += t.polls;
     for (auto const& w : core_.workers) {
@@ -272,11 +286,26 @@ class simulation {
     return fakes_[i];
   }
 
+  /// scheduler_core::push_remote, counting what went to an inbox.
+  void push_remote(task_header* t) {
+    std::size_t before = 0;
+    for (auto const& w : core_.workers)
+      before += w->remote.len();
+    core_.push_remote(t);
+    std::size_t after = 0;
+    for (auto const& w : core_.workers)
+      after += w->remote.len();
+    result_.inbox_pushes += after - before;
+    if (placement_ == spindle::placement::p2c && after != before + 1) {
+      fail("a p2c push did not go to an inbox");
+    }
+  }
+
   void external_spawn() {
     task_header* t = new_task(nullptr);
     if (t == nullptr) return;
     SIM_TRACE("external spawn " + std::to_string(fakes_.index(t)));
-    core_.push_remote(t);
+    push_remote(t);
   }
 
   /// A wake through the real transition; `w`: from that worker's thread
@@ -299,7 +328,7 @@ class simulation {
     if (w != nullptr) {
       core_.schedule_local(w, fakes_[i], false);
     } else {
-      core_.push_remote(fakes_[i]);
+      push_remote(fakes_[i]);
     }
   }
 
@@ -573,6 +602,7 @@ class simulation {
       n += w->queue.len();
       n += w->lifo_slot != nullptr ? 1 : 0;
       n += w->batch_len - w->batch_head;
+      n += w->remote.len();
     }
     return n;
   }
@@ -638,6 +668,10 @@ class simulation {
       if (parked && !registered_parked) ++claimed_workers;  // claimed by a notifier, not yet awake
       if (!registered_parked) ++unparked;
       if (!parked && registered_parked) fail("worker " + std::to_string(i) + " awake but parked");
+      if (registered_parked && w.remote.len() != 0) {
+        fail("worker " + std::to_string(i) + " registered as parked while its inbox holds " +
+             std::to_string(w.remote.len()) + " tasks");
+      }
     }
     if (held != 0 && !someone_awake) {
       fail("lost wake-up: " + std::to_string(held) +
@@ -648,7 +682,7 @@ class simulation {
     // searcher to find work or to park hands the search on.
     std::size_t stealable = core_.inject.len();
     for (auto const& w : core_.workers)
-      stealable += w->queue.len();
+      stealable += w->queue.len() + w->remote.len();
     if (stealable != 0 && unparked < workers_ && core_.idle.num_searching() == 0) {
       fail("idle worker: " + std::to_string(stealable) +
            " stealable entries wait while a worker sleeps and nobody searches");
@@ -693,8 +727,9 @@ class simulation {
 
   [[noreturn]] void fail(std::string const& what) const {
     std::ostringstream os;
-    os << "seed " << seed_ << " (" << workers_ << " workers, budget " << budget_ << ", idle tiers "
-       << tiers_.spins << "/" << tiers_.yields << ") step " << step_ << ": " << what
+    os << "seed " << seed_ << " (" << (placement_ == spindle::placement::p2c ? "p2c" : "global")
+       << ", " << workers_ << " workers, budget " << budget_ << ", idle tiers " << tiers_.spins
+       << "/" << tiers_.yields << ") step " << step_ << ": " << what
        << "\n  replay: SPINDLE_SIM_SEED=" << seed_ << " test_sim";
     throw sim_failure(os.str());
   }
@@ -702,6 +737,7 @@ class simulation {
   std::uint64_t seed_;
   bool trace_;
   spindle::detail::xorshift64 rng_;
+  spindle::placement placement_;
   std::size_t workers_;
   std::uint32_t budget_;
   spindle::detail::idle_tiers tiers_;
@@ -757,6 +793,8 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
       total.fibers += r.fibers;
       total.fiber_switches += r.fiber_switches;
       total.fiber_migrations += r.fiber_migrations;
+      total.p2c_seeds += r.p2c_seeds;
+      total.inbox_pushes += r.inbox_pushes;
     } catch (sim_failure const& e) {
       FAIL() << e.what();
     }
@@ -788,25 +826,37 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
               static_cast<unsigned long long>(total.fiber_switches),
               static_cast<unsigned long long>(total.fiber_migrations));
   EXPECT_GT(total.fibers, 0u);
+  std::printf("placement: %llu of %ld seeds p2c, %llu pushes into inboxes\n",
+              static_cast<unsigned long long>(total.p2c_seeds), seeds,
+              static_cast<unsigned long long>(total.inbox_pushes));
+  EXPECT_GT(total.p2c_seeds, 0u) << "no seed ran placement::p2c";
+  EXPECT_LT(total.p2c_seeds, static_cast<std::uint64_t>(seeds)) << "no seed ran placement::global";
+  EXPECT_GT(total.inbox_pushes, 0u) << "no task went through an inbox";
   EXPECT_GT(total.fiber_migrations, 0u) << "no fiber migrated between workers";
 }
 
 TEST(Simulation, ASeedReplaysExactly) {
-  // Two runs of the same seed take the same decisions.
+  // Two runs of the same seed take the same decisions, with either placement.
   for (std::uint64_t seed : {7u, 1234u, 99991u}) {
-    sim_result a = simulation(seed, false).run();
-    sim_result b = simulation(seed, false).run();
-    EXPECT_EQ(a.steps, b.steps);
-    EXPECT_EQ(a.runs, b.runs);
-    EXPECT_EQ(a.steals, b.steals);
-    EXPECT_EQ(a.parks, b.parks);
-    EXPECT_EQ(a.unparks, b.unparks);
-    EXPECT_EQ(a.inline_claims, b.inline_claims);
-    EXPECT_EQ(a.stale_released, b.stale_released);
-    EXPECT_EQ(a.fibers, b.fibers);
-    EXPECT_EQ(a.fiber_switches, b.fiber_switches);
-    EXPECT_EQ(a.fiber_migrations, b.fiber_migrations);
-    EXPECT_EQ(a.fiber_trace, b.fiber_trace);  // same fibers on the same workers, in order
+    for (int where : {0, 1}) {
+      sim_result a = simulation(seed, false, where).run();
+      sim_result b = simulation(seed, false, where).run();
+      EXPECT_EQ(a.inbox_pushes, b.inbox_pushes);
+      if (where == 1) {
+        EXPECT_GT(a.inbox_pushes, 0u);
+      }
+      EXPECT_EQ(a.steps, b.steps);
+      EXPECT_EQ(a.runs, b.runs);
+      EXPECT_EQ(a.steals, b.steals);
+      EXPECT_EQ(a.parks, b.parks);
+      EXPECT_EQ(a.unparks, b.unparks);
+      EXPECT_EQ(a.inline_claims, b.inline_claims);
+      EXPECT_EQ(a.stale_released, b.stale_released);
+      EXPECT_EQ(a.fibers, b.fibers);
+      EXPECT_EQ(a.fiber_switches, b.fiber_switches);
+      EXPECT_EQ(a.fiber_migrations, b.fiber_migrations);
+      EXPECT_EQ(a.fiber_trace, b.fiber_trace);  // same fibers on the same workers, in order
+    }
   }
 }
 

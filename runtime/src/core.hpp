@@ -29,6 +29,7 @@
 // for deterministic simulation follows the scanner executor.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,6 +37,7 @@
 
 #include "global_queue.hpp"
 #include "idle_state.hpp"
+#include "spindle/runtime.hpp"
 #include "worker.hpp"
 
 namespace spindle::detail {
@@ -68,21 +70,42 @@ struct idle_tiers {
 
 class scheduler_core {
  public:
-  /// `workers` entries are made with `seed`-derived steal RNGs.
+  /// `workers` entries are made with `seed`-derived steal RNGs; the
+  /// placement RNG (p2c) is seeded from `seed` too.
   scheduler_core(core_platform& platform, std::size_t workers, std::uint32_t budget,
-                 std::uint64_t seed, idle_tiers tiers = {});
+                 std::uint64_t seed, idle_tiers tiers = {},
+                 spindle::placement where = spindle::placement::global);
 
   [[nodiscard]] std::size_t worker_count() const noexcept { return workers.size(); }
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
+  [[nodiscard]] spindle::placement placement() const noexcept { return placement_; }
 
   /// Queues a task made runnable by worker `w`'s thread: the LIFO slot
   /// (the displaced task to the ring), or the back of the ring for a yield
   /// (or a task woken while it ran), after which the next pick checks the
   /// global queue first.
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
-  /// Queues a task from outside the workers (or a parking worker): the
-  /// global queue, then wakes a parked worker if nobody searches.
-  void push_remote(task_header* task) noexcept;
+  /// schedule_local of tasks[0..n) (new spawns, spawn_batch): the back of
+  /// the ring with one publication, the overflow to the global queue in one
+  /// batch, and at most one wake.
+  void schedule_local_batch(worker* w, task_header* const* tasks, std::size_t n) noexcept;
+  /// Queues a task from outside the workers: placement::global, the global
+  /// queue, then wakes a parked worker if nobody searches; placement::p2c,
+  /// the inbox of the less loaded of two workers drawn by the placement RNG,
+  /// then wakes that worker if it is parked (else any parked worker, if
+  /// nobody searches: a searcher takes from inboxes too).
+  void push_remote(task_header* task) noexcept { push_remote_batch(task, task, 1); }
+  /// push_remote of the list first..last (linked through next) of `count`
+  /// tasks, with one queue operation and at most one wake.
+  void push_remote_batch(task_header* first, task_header* last, std::size_t count) noexcept;
+  /// The worker push_remote's p2c placement picks next (the placement RNG
+  /// advances). Any thread.
+  [[nodiscard]] std::size_t choose_p2c() noexcept;
+  /// For a helper outside the workers (block_on): one task from the global
+  /// queue or any inbox, or nullptr.
+  [[nodiscard]] task_header* take_remote() noexcept;
+  /// The global queue or some inbox holds tasks.
+  [[nodiscard]] bool remote_work_pending() const noexcept;
   /// Claims and unparks a parked worker when no one searches. True if it did.
   bool notify_parked() noexcept;
   /// Notifies a parked worker when any queue holds work.
@@ -90,9 +113,10 @@ class scheduler_core {
   /// No worker searching and none parked.
   [[nodiscard]] bool every_worker_busy() const noexcept;
 
-  /// The next task for `w`: batch buffer, the global queue every
-  /// global-check interval, LIFO slot (capped at 3 polls in a row), ring, global queue,
-  /// steal (as a searcher), global queue again. nullptr: nothing found.
+  /// The next task for `w`: batch buffer, its inbox and the global queue
+  /// every global-check interval, LIFO slot (capped at 3 polls in a row),
+  /// ring, inbox, global queue, steal (as a searcher: other rings, then other
+  /// inboxes), inbox and global queue again. nullptr: nothing found.
   task_header* next_task(worker* w) noexcept;
   /// `w` found a task: leaves the searching state (the last searcher to find
   /// work notifies another worker).
@@ -152,12 +176,29 @@ class scheduler_core {
   /// LIFO polls.
   static task_header* not_from_lifo(worker* w, task_header* task) noexcept;
   task_header* fetch_global(worker* w) noexcept;
+  /// Up to a batch from `w`'s own inbox (into the batch buffer, as
+  /// fetch_global's).
+  task_header* fetch_inbox(worker* w) noexcept;
+  /// Inbox, then global queue.
+  task_header* fetch_remote(worker* w) noexcept;
+  /// The first of `got` tasks in w->batch, the rest left in the batch
+  /// buffer, or moved to the ring (with a wake) when some worker sleeps.
+  task_header* take_batch(worker* w, std::size_t got) noexcept;
   task_header* steal_work(worker* w) noexcept;
+  /// Half of another worker's inbox (at most a batch), as a searcher.
+  task_header* steal_inbox(worker* w) noexcept;
+  /// The global queue, then a wake (schedule_local of a parking worker).
+  void push_global(task_header* first, task_header* last, std::size_t count) noexcept;
 
   core_platform* platform_;
   std::uint32_t budget_;
   std::uint32_t idle_spins_;
   std::uint32_t idle_yields_;
+  spindle::placement placement_;
+  // The placement RNG's state (xorshift64*): a relaxed load and store, no
+  // RMW; two producers racing may draw the same pair, which is harmless.
+  // Deterministic for one producer (the simulation).
+  alignas(64) std::atomic<std::uint64_t> p2c_rng_;
 };
 
 }  // namespace spindle::detail

@@ -46,6 +46,23 @@ std::size_t idle_state::worker_to_notify() noexcept {
   return index;
 }
 
+std::size_t idle_state::worker_to_notify_preferring(std::size_t preferred) noexcept {
+  // The fence orders the caller's push (the inbox's seq_cst RMW) before
+  // this read, as notify_should_wakeup's does.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (unparked_of(state_.load(std::memory_order_seq_cst)) == workers_) return not_a_worker;
+  std::lock_guard lock(mutex_);
+  std::size_t index = not_a_worker;
+  if (test_and_clear_locked(preferred)) {
+    index = preferred;
+  } else if (notify_should_wakeup()) {
+    index = pop_parked_locked();
+  }
+  if (index == not_a_worker) return not_a_worker;
+  state_.fetch_add(searching_one + unparked_one, std::memory_order_seq_cst);
+  return index;
+}
+
 bool idle_state::transition_worker_to_parked(std::size_t index, bool is_searching) noexcept {
   std::lock_guard lock(mutex_);
   std::uint64_t dec = unparked_one + (is_searching ? searching_one : 0);

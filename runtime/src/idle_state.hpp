@@ -40,6 +40,12 @@ class idle_state {
   /// Claims a parked worker to wake, or returns not_a_worker when a searcher
   /// is awake or nobody is parked.
   std::size_t worker_to_notify() noexcept;
+  /// After a push into worker `preferred`'s inbox (placement::p2c): claims
+  /// `preferred` when it is parked (counted as unparked and searching, as
+  /// worker_to_notify counts the worker it claims), else what
+  /// worker_to_notify would claim; not_a_worker when it claims nobody. One
+  /// fence and one load when no worker is parked.
+  std::size_t worker_to_notify_preferring(std::size_t preferred) noexcept;
   /// Worker `index` parks. Returns true when it was the last searcher.
   bool transition_worker_to_parked(std::size_t index, bool is_searching) noexcept;
   /// Worker `index` woke without being claimed (I/O completion, spurious):

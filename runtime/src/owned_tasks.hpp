@@ -69,6 +69,22 @@ class owned_tasks {
     return true;
   }
 
+  /// insert() of tasks[0..n) under one lock: all linked, or none (false)
+  /// once the runtime is closed (spawn_batch).
+  [[nodiscard]] bool insert_batch(task_header* const* tasks, std::size_t n,
+                                  std::size_t shard_index) noexcept {
+    shard& s = shards_[shard_index];
+    s.lock();
+    if (s.closed) {
+      s.unlock();
+      return false;
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      link_locked(s, tasks[i], shard_index);
+    s.unlock();
+    return true;
+  }
+
   /// Links a task that exists already (spawned on a worker, now suspended,
   /// or found in a queue at shutdown). Never refuses.
   void link(task_header* task, std::size_t shard_index) noexcept {

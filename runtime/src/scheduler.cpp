@@ -110,6 +110,11 @@ runtime_config resolve_config(runtime_config config) {
       });
     }
   }
+  if (char const* env = std::getenv("SPINDLE_PLACEMENT"); env != nullptr) {
+    std::string_view const v(env);
+    if (v == "global") config.placement = placement::global;
+    if (v == "p2c") config.placement = placement::p2c;
+  }
   return config;
 }
 
@@ -132,7 +137,7 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       host_(this, host_calls),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, config_.workers, config_.budget, config_.seed,
-            idle_tiers{config_.idle_spins, config_.idle_yields}),
+            idle_tiers{config_.idle_spins, config_.idle_yields}, config_.placement),
       owned_(config_.workers + 1),
       blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
@@ -237,6 +242,9 @@ void scheduler::drain_queues() noexcept {
       consume(w->batch[w->batch_head++]);
     while (task_header* t = w->queue.pop())
       consume(t);
+    task_header* t = nullptr;
+    while (w->remote.try_take(&t, 1) == 1)
+      consume(t);
   }
   while (task_header* t = core_.inject.pop())
     consume(t);
@@ -298,6 +306,62 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     core_.push_remote(task);
   }
   return task;
+}
+
+void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, std::size_t n,
+                            spawn_location where) {
+  if (n == 0) return;
+  thread_context& ctx = this_thread_context();
+  worker* w = ctx.sched == this ? ctx.self : nullptr;
+  // For dump(), as spawn() stamps each: one site and one time for the batch.
+  std::uint64_t const site = spawn_site_of(where);
+  std::uint32_t spawn_time;
+  if (w != nullptr) {
+    spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
+  } else {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
+                             static_cast<std::uint64_t>(now.tv_nsec);
+    spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    // As spawn() does for each.
+    task_header* task = task_header::of_frame(roots[i].frame.address());
+    task->spawn_site = site;
+    task->spawn_time = spawn_time;
+    task->resume_point = roots[i].frame;
+    std::ptrdiff_t const promise_offset =
+        reinterpret_cast<char*>(roots[i].promise) - task->frame_address();
+    assert(promise_offset >= 0 && promise_offset < 256);
+    task->promise_offset = static_cast<std::uint8_t>(promise_offset);
+    task->sched = this;
+    out[i] = task;
+  }
+  // One look at the gate for the batch: a worker's reads the flag, one from
+  // elsewhere lists the whole batch under one lock.
+  if (w != nullptr ? owned_.closed() : !owned_.insert_batch(out, n, core_.workers.size())) {
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i]->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
+                          std::memory_order_release);
+      out[i]->cancelled_before_finish = true;
+      roots[i].frame.destroy();
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i]->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                        std::memory_order_relaxed);
+  }
+  if (w != nullptr) {
+    w->counters.spawned.add(n);
+    core_.schedule_local_batch(w, out, n);
+  } else {
+    remote_spawned_.fetch_add(n, std::memory_order_release);
+    for (std::size_t i = 0; i + 1 < n; ++i)
+      out[i]->next = out[i + 1];
+    core_.push_remote_batch(out[0], out[n - 1], n);
+  }
 }
 
 void scheduler::schedule(task_header* task) noexcept {
@@ -484,6 +548,11 @@ task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promis
                             "spindle: spawn of an empty task");
   }
   return sched->spawn(root, promise, where);
+}
+
+void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out,
+                 std::size_t n, spawn_location where) {
+  sched->spawn_batch(roots, out, n, where);
 }
 
 }  // namespace spindle::detail

@@ -1,11 +1,11 @@
 // One worker: its queues, its park word, its counters and its thread.
 //
 // Shape: LIFO slot (one task, owner only), run queue (256-slot ring,
-// stealable), global batch buffer (32 tasks taken from the global queue,
-// owner only), park word, searching flag, transitioning-to-park guard, EWMA
+// stealable), inbox (placement::p2c's remote spawns, MPSC), global batch buffer (32 tasks taken
+// from the global queue, owner only), park word, searching flag, transitioning-to-park guard, EWMA
 // state of the global-check interval, the hoard counter, the steal RNG and
 // the worker's timer wheel.
-// Thread-safety: everything but `queue`, `park`, `transitioning_to_park`,
+// Thread-safety: everything but `queue`, `remote` (inbox.hpp), `park`, `transitioning_to_park`,
 // `timers` (its own lock) and `counters` is touched only by the worker's own thread.
 // Design source: Volt's per-worker resources, Tokio's worker.rs.
 #pragma once
@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "inbox.hpp"
 #include "park.hpp"
 #include "rng.hpp"
 #include "run_queue.hpp"
@@ -48,6 +49,8 @@ struct worker {
   std::size_t index;
 
   run_queue queue;
+  /// Tasks placed on this worker from outside the workers (placement::p2c).
+  inbox remote;
   task_header* lifo_slot = nullptr;
   std::array<task_header*, batch_capacity> batch{};
   std::uint32_t batch_head = 0;
@@ -83,6 +86,9 @@ struct worker {
   std::uint32_t global_interval = initial_global_interval;
   double avg_task_ns = 1'000'000.0 / initial_global_interval;
   std::uint32_t hoard = 0;
+  /// Which of inbox and global queue the next global-check interval looks at
+  /// first (they alternate).
+  bool global_first = false;
   /// Tiered idle (scheduler_core::after_tick): an idle worker's spin tier
   /// pauses the CPU this many times between two looks for work (about a
   /// microsecond).

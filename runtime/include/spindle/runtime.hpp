@@ -55,9 +55,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <ranges>
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "spindle/awaitable.hpp"
 #include "spindle/detail/blocking_job.hpp"
@@ -81,6 +83,25 @@ enum class io_backend : std::uint8_t {
   automatic,   ///< io_uring when it can be set up, else the thread pool (SPINDLE_IO overrides)
   uring,       ///< io_uring or an error
   threadpool,  ///< blocking system calls on a pool of threads
+};
+
+/// Where a task spawned or woken from a thread that is not one of the
+/// runtime's workers (the main thread, a block_on thread, a blocking-pool or
+/// foreign thread) is queued (runtime_config::placement). Spawns and wakes
+/// on a worker always go to that worker's own queues.
+/// Design source: Veloq's executor (seed 003): power of two choices.
+enum class placement : std::uint8_t {
+  /// One global (inject) queue that every worker takes batches from (Tokio's
+  /// and Volt's). The default.
+  global,
+  /// Power of two choices: the task goes into the inbox of the less loaded
+  /// of two workers drawn by the runtime's seeded RNG (load: its ring's
+  /// length plus its inbox's, read without synchronisation), which is
+  /// woken if it is parked. A worker looks at its inbox before the global
+  /// queue, with the global queue's batch and fairness rules; searching
+  /// workers take from other workers' inboxes too, so a task never waits
+  /// behind a busy or sleeping owner while another worker is idle.
+  p2c,
 };
 
 /// The most worker threads a runtime may have.
@@ -156,6 +177,10 @@ struct runtime_config {
   /// worker's last `trace_buffer_events` events (the count overwritten is
   /// in the file's otherData.overwritten_events).
   std::size_t trace_buffer_events = 65536;
+  /// Where spawns and wakes from threads that are not workers go (see
+  /// placement). The environment variable SPINDLE_PLACEMENT=global|p2c
+  /// overrides it (other values are ignored).
+  spindle::placement placement = spindle::placement::global;
 };
 
 namespace detail {
@@ -174,6 +199,18 @@ class scheduler;
 /// runtime (destroying `root`), then (invalid_argument) when `root` is empty.
 [[nodiscard]] task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
                                             spawn_location where);
+/// Spawns roots[0..n) (frames and promises) on `sched` as spawn_root does
+/// each, with one queue operation and at most one wake; out[i] receives the
+/// header of roots[i].
+struct spawn_root_entry {
+  std::coroutine_handle<> frame;
+  promise_base* promise;
+};
+void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,
+                 spawn_location where);
+/// Spawns every task of `range` (moved out) on `sched`: spawn_batch.
+template <class R>
+auto spawn_range(scheduler* sched, R&& range, spawn_location where);
 /// Throws std::system_error(resource_deadlock_would_occur) when the calling
 /// thread is one of `sched`'s workers (before anything is spawned).
 void check_block_on_allowed(scheduler* sched);
@@ -237,6 +274,22 @@ class runtime {
                               "spindle: spawn of an empty task");
     }
     return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise(), where)};
+  }
+
+  /// Spawns every task of `tasks` (a range of task<T>, each moved out of
+  /// it) from any thread, as spawn() would one by one, and returns their
+  /// join handles in the range's order. The whole batch is queued with one
+  /// queue operation and at most one wake-up: from a worker, its run queue
+  /// (what does not fit goes to the global queue in one batch); from
+  /// another thread, the global queue or, under placement::p2c, one
+  /// worker's inbox (seed 000's spawn_batch). After shutdown every handle
+  /// reports task_cancelled. An empty task in the range throws
+  /// std::system_error(std::errc::invalid_argument) before anything is
+  /// spawned (the tasks taken from the range so far are destroyed unrun).
+  template <std::ranges::input_range R>
+  requires detail::is_task_v<std::remove_cvref_t<std::ranges::range_reference_t<R>>>
+  auto spawn_batch(R&& tasks, spawn_location where = spawn_location::current()) {
+    return detail::spawn_range(sched_.get(), std::forward<R>(tasks), where);
   }
 
   /// Spawns any other awaitable as a task that co_awaits it; `a` is moved
@@ -328,6 +381,21 @@ join_handle<T> spawn(task<T> t, spawn_location where = spawn_location::current()
   return join_handle<T>{detail::spawn_on_current(frame, frame ? &frame.promise() : nullptr, where)};
 }
 
+/// runtime::spawn_batch on the runtime of the calling thread (a worker or a
+/// thread inside block_on): the tasks of `tasks`, queued with one queue
+/// operation and at most one wake, and their join handles in order.
+/// Elsewhere throws std::system_error(std::errc::operation_not_permitted).
+template <std::ranges::input_range R>
+requires detail::is_task_v<std::remove_cvref_t<std::ranges::range_reference_t<R>>>
+auto spawn_batch(R&& tasks, spawn_location where = spawn_location::current()) {
+  detail::scheduler* sched = detail::current_scheduler();
+  if (sched == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "spindle::spawn_batch called outside a spindle runtime");
+  }
+  return detail::spawn_range(sched, std::forward<R>(tasks), where);
+}
+
 /// spawn of any other awaitable on the runtime of the calling thread, as
 /// runtime::spawn(a) does.
 template <class A>
@@ -356,6 +424,36 @@ requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> 
   return join_handle<detail::blocking_result_t<F>>{
       detail::spawn_root(sched, frame, &frame.promise(), where)};
 }
+
+namespace detail {
+template <class R>
+auto spawn_range(scheduler* sched, R&& range, spawn_location where) {
+  using task_type = std::remove_cvref_t<std::ranges::range_reference_t<R>>;
+  using value_type = typename task_type::value_type;
+  std::vector<task_type> owned;
+  if constexpr (std::ranges::sized_range<R>) owned.reserve(std::ranges::size(range));
+  for (auto&& t : range) {
+    if (!t.valid()) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              "spindle: spawn_batch of an empty task");
+    }
+    owned.push_back(std::move(t));
+  }
+  std::vector<spawn_root_entry> roots;
+  roots.reserve(owned.size());
+  for (auto& t : owned) {
+    auto frame = t.release();
+    roots.push_back({frame, &frame.promise()});
+  }
+  std::vector<task_header*> headers(roots.size());
+  spawn_roots(sched, roots.data(), headers.data(), roots.size(), where);
+  std::vector<join_handle<value_type>> handles;
+  handles.reserve(headers.size());
+  for (task_header* h : headers)
+    handles.push_back(join_handle<value_type>{h});
+  return handles;
+}
+}  // namespace detail
 
 /// Awaitable that re-queues the current task at the back of its worker's run
 /// queue so that other tasks run first. Outside a spindle task it completes
