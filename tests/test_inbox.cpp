@@ -76,7 +76,7 @@ TEST(Inbox, OneConsumerAtATime) {
 
 TEST(Inbox, ManyProducersSeveralConsumersEveryTaskOnceInEachProducersOrder) {
   int const producers = 4;
-  int const per_producer = static_cast<int>(spindle_test::scaled(20'000, 2'000));
+  int const per_producer = static_cast<int>(spindle_test::scaled(20'000, 5'000));
   spindle_test::fake_tasks t(static_cast<std::size_t>(producers * per_producer));
   auto id_of = [&](task_header* h) { return t.index(h); };
   inbox box;
@@ -291,7 +291,7 @@ TEST(P2c, OutsideThreadsSpawnAndWakeWhileWorkersParkNoLostWakeUp) {
   // in bursts with pauses that let the workers park in between; every
   // spawned task must run and every woken one resume (a lost wake-up hangs
   // and the test times out).
-  int const rounds = static_cast<int>(spindle_test::scaled(2000, 50));
+  int const rounds = static_cast<int>(spindle_test::scaled(2000, 400));
   for (placement where : both) {
     SCOPED_TRACE(name_of(where));
     spindle::runtime rt{{.workers = 2, .idle_yields = 0, .placement = where}};
