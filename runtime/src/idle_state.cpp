@@ -47,9 +47,10 @@ std::size_t idle_state::worker_to_notify() noexcept {
 }
 
 std::size_t idle_state::worker_to_notify_preferring(std::size_t preferred) noexcept {
-  // The fence orders the caller's push (the inbox's seq_cst RMW) before
-  // this read, as notify_should_wakeup's does.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // No fence: the caller's push raised the inbox's length with a seq_cst
+  // RMW, and this load is seq_cst too, as are the parking worker's
+  // registration (transition_worker_to_parked's RMW) and its re-read of the
+  // inbox: one of the two sides sees the other.
   if (unparked_of(state_.load(std::memory_order_seq_cst)) == workers_) return not_a_worker;
   std::lock_guard lock(mutex_);
   std::size_t index = not_a_worker;

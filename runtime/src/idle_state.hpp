@@ -44,7 +44,8 @@ class idle_state {
   /// `preferred` when it is parked (counted as unparked and searching, as
   /// worker_to_notify counts the worker it claims), else what
   /// worker_to_notify would claim; not_a_worker when it claims nobody. One
-  /// fence and one load when no worker is parked.
+  /// load when no worker is parked. The caller's push must be a seq_cst RMW
+  /// (inbox::push's length).
   std::size_t worker_to_notify_preferring(std::size_t preferred) noexcept;
   /// Worker `index` parks. Returns true when it was the last searcher.
   bool transition_worker_to_parked(std::size_t index, bool is_searching) noexcept;
