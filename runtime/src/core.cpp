@@ -244,7 +244,7 @@ task_header* scheduler_core::steal_work(worker* w) noexcept {
       return task;
     }
   }
-  return steal_inbox(w);
+  return placement_ == spindle::placement::p2c ? steal_inbox(w) : nullptr;
 }
 
 task_header* scheduler_core::steal_inbox(worker* w) noexcept {
