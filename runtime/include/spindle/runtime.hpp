@@ -199,13 +199,14 @@ class scheduler;
 /// runtime (destroying `root`), then (invalid_argument) when `root` is empty.
 [[nodiscard]] task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
                                             spawn_location where);
-/// Spawns roots[0..n) (frames and promises) on `sched` as spawn_root does
-/// each, with one queue operation and at most one wake; out[i] receives the
-/// header of roots[i].
+/// One root of a spawn_roots batch: its frame and its promise.
 struct spawn_root_entry {
   std::coroutine_handle<> frame;
   promise_base* promise;
 };
+/// Spawns roots[0..n) on `sched` as spawn_root does each, with one queue
+/// operation and at most one wake, all recorded as spawned at `where`;
+/// out[i] receives the header of roots[i].
 void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,
                  spawn_location where);
 /// Spawns every task of `range` (moved out) on `sched`: spawn_batch.
@@ -278,7 +279,8 @@ class runtime {
 
   /// Spawns every task of `tasks` (a range of task<T>, each moved out of
   /// it) from any thread, as spawn() would one by one, and returns their
-  /// join handles in the range's order. The whole batch is queued with one
+  /// join handles in the range's order (a std::vector<join_handle<T>>).
+  /// The whole batch is queued with one
   /// queue operation and at most one wake-up: from a worker, its run queue
   /// (what does not fit goes to the global queue in one batch); from
   /// another thread, the global queue or, under placement::p2c, one
@@ -439,16 +441,18 @@ auto spawn_range(scheduler* sched, R&& range, spawn_location where) {
     }
     owned.push_back(std::move(t));
   }
+  // Every allocation before the first frame leaves its task: nothing can
+  // throw once the frames are released.
   std::vector<spawn_root_entry> roots;
   roots.reserve(owned.size());
+  std::vector<task_header*> headers(owned.size());
+  std::vector<join_handle<value_type>> handles;
+  handles.reserve(owned.size());
   for (auto& t : owned) {
     auto frame = t.release();
     roots.push_back({frame, &frame.promise()});
   }
-  std::vector<task_header*> headers(roots.size());
   spawn_roots(sched, roots.data(), headers.data(), roots.size(), where);
-  std::vector<join_handle<value_type>> handles;
-  handles.reserve(headers.size());
   for (task_header* h : headers)
     handles.push_back(join_handle<value_type>{h});
   return handles;
