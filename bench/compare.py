@@ -205,7 +205,8 @@ RUNTIME_WORKLOADS = {
     "memory_per_task": "bytes/task",
 }
 PEER_WORKLOADS = {
-    "tokio": list(RUNTIME_WORKLOADS),
+    # The *_batch workloads are spindle's spawn_batch alone (no peer has one).
+    "tokio": [w for w in RUNTIME_WORKLOADS if not w.endswith("_batch")],
     "onetbb": ["spawn_many_local", "spawn_many_remote_idle", "chained_spawn", "spawn_await",
                "fib_30", "fib_35"],
     "boost-asio": ["spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy",

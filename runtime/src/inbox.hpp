@@ -4,17 +4,18 @@
 // Shape: an intrusive multi-producer queue of task headers linked through
 // task_header::next (Vyukov's node-based MPSC queue: a producer exchanges
 // the tail, then links the previous tail to its first node; the consumer
-// walks from a stub node the inbox owns), a signed length that producers
-// raise after linking and the consumer lowers after taking, and a consumer
+// walks from a stub node the inbox owns), a count of pushed tasks that
+// producers raise after linking and one of taken tasks that the consumer
+// raises (each on its own side's cache line), and a consumer
 // flag: whoever holds it (the owning worker, a stealer, a block_on thread
 // helping) is the single consumer for that moment. A batch of tasks, already
 // linked first..last, is pushed with one exchange.
 //
 // A producer preempted between its exchange and its link hides the nodes
 // behind it until it links (Vyukov's window): take() then returns fewer
-// tasks than len() says, and the rest are found on a later look. len() is
-// raised only after the link, so a reader that sees a task counted can also
-// reach it once the producers before it have linked.
+// tasks than len() says, and the rest are found on a later look. The pushed
+// count is raised only after the link, so a reader that sees a task counted
+// can also reach it once the producers before it have linked.
 //
 // Thread-safety: push from any thread; take under the consumer flag, which
 // try_take acquires (any thread; false when another consumer holds it);
@@ -23,7 +24,6 @@
 // intrusive MPSC node-based queue.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -39,13 +39,13 @@ class inbox {
   inbox& operator=(inbox const&) = delete;
 
   /// Appends the list first..last (linked through next) of `count` tasks
-  /// with one exchange. Any thread. The length is raised with a seq_cst RMW,
+  /// with one exchange. Any thread. The count is raised with a seq_cst RMW,
   /// which orders the push before the caller's look at the idle state.
   void push(task_header* first, task_header* last, std::size_t count) noexcept {
     link_of(last).store(nullptr, std::memory_order_relaxed);
     task_header* prev = tail_.exchange(last, std::memory_order_acq_rel);
     link_of(prev).store(first, std::memory_order_release);
-    len_.fetch_add(static_cast<std::int64_t>(count), std::memory_order_seq_cst);
+    pushed_.fetch_add(count, std::memory_order_seq_cst);
   }
   void push(task_header* task) noexcept { push(task, task, 1); }
 
@@ -66,7 +66,7 @@ class inbox {
       if (task == nullptr) break;
       out[n++] = task;
     }
-    if (n != 0) len_.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_release);
+    if (n != 0) taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_release);
     return n;
   }
 
@@ -81,13 +81,23 @@ class inbox {
   /// Tasks pushed and not yet taken (an estimate while racing; never
   /// negative).
   [[nodiscard]] std::size_t len() const noexcept {
-    return static_cast<std::size_t>(
-        std::max<std::int64_t>(len_.load(std::memory_order_relaxed), 0));
+    return difference(pushed_.load(std::memory_order_relaxed),
+                      taken_.load(std::memory_order_relaxed));
   }
-  /// As len(), after a seq_cst load (the parking side of the wake-up check).
-  [[nodiscard]] bool is_empty() const noexcept { return len_.load(std::memory_order_seq_cst) <= 0; }
+  /// len() == 0, read with seq_cst loads (the parking side of the wake-up
+  /// check, against push's seq_cst RMW).
+  [[nodiscard]] bool is_empty() const noexcept {
+    return difference(pushed_.load(std::memory_order_seq_cst),
+                      taken_.load(std::memory_order_seq_cst)) == 0;
+  }
 
  private:
+  // pushed - taken, or 0 when a consumer took tasks whose producers have
+  // not counted them yet (the count follows the link).
+  static std::size_t difference(std::uint64_t pushed, std::uint64_t taken) noexcept {
+    return pushed > taken ? static_cast<std::size_t>(pushed - taken) : 0;
+  }
+
   static std::atomic_ref<task_header*> link_of(task_header* t) noexcept {
     return std::atomic_ref<task_header*>(t->next);
   }
@@ -121,13 +131,16 @@ class inbox {
     return nullptr;
   }
 
-  // Producers' end, and the length they raise: one line.
+  // Producers' end and their count: one line. The consumer's end, its flag
+  // and its count: another. The stub, which a producer links to when the
+  // inbox was empty, a third (it would take the consumer's line away).
+  // len() = pushed_ - taken_.
   alignas(64) std::atomic<task_header*> tail_;
-  std::atomic<std::int64_t> len_{0};
-  // The consumer's end, its flag and the stub.
+  std::atomic<std::uint64_t> pushed_{0};
   alignas(64) std::atomic<bool> consuming_{false};
-  task_header* head_;  // guarded by consuming_
-  task_header stub_;
+  task_header* head_;                    // guarded by consuming_
+  std::atomic<std::uint64_t> taken_{0};  // written under consuming_
+  alignas(64) task_header stub_;
 };
 
 }  // namespace spindle::detail
