@@ -184,7 +184,7 @@ struct sim_result {
   // the last, and a hash of (fiber, worker, step) in resume order.
   std::uint64_t fibers = 0, fiber_switches = 0, fiber_migrations = 0, fiber_trace = 0;
   // Placement: seeds run with p2c, and tasks that went through an inbox.
-  std::uint64_t p2c_seeds = 0, inbox_pushes = 0;
+  std::uint64_t p2c_seeds = 0, inbox_pushes = 0, inbox_steals = 0;
 };
 
 class simulation {
@@ -376,9 +376,18 @@ class simulation {
         platform_.notified[i] = false;
         wake_parked(i);
         break;
-      case phase::find:
+      case phase::find: {
+        // Tasks taken from other workers' inboxes (a searcher's steal).
+        std::size_t others_before = 0;
+        for (auto const& o : core_.workers)
+          others_before += o.get() != w ? o->remote.len() : 0;
         find(w, v, draining);
+        std::size_t others_after = 0;
+        for (auto const& o : core_.workers)
+          others_after += o.get() != w ? o->remote.len() : 0;
+        if (others_after < others_before) result_.inbox_steals += others_before - others_after;
         break;
+      }
       case phase::polling:
         end_poll(w, v.current, draining);
         v.current = nullptr;
@@ -795,6 +804,7 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
       total.fiber_migrations += r.fiber_migrations;
       total.p2c_seeds += r.p2c_seeds;
       total.inbox_pushes += r.inbox_pushes;
+      total.inbox_steals += r.inbox_steals;
     } catch (sim_failure const& e) {
       FAIL() << e.what();
     }
@@ -826,12 +836,16 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
               static_cast<unsigned long long>(total.fiber_switches),
               static_cast<unsigned long long>(total.fiber_migrations));
   EXPECT_GT(total.fibers, 0u);
-  std::printf("placement: %llu of %ld seeds p2c, %llu pushes into inboxes\n",
-              static_cast<unsigned long long>(total.p2c_seeds), seeds,
-              static_cast<unsigned long long>(total.inbox_pushes));
+  std::printf(
+      "placement: %llu of %ld seeds p2c, %llu pushes into inboxes, %llu tasks taken from "
+      "another worker's inbox\n",
+      static_cast<unsigned long long>(total.p2c_seeds), seeds,
+      static_cast<unsigned long long>(total.inbox_pushes),
+      static_cast<unsigned long long>(total.inbox_steals));
   EXPECT_GT(total.p2c_seeds, 0u) << "no seed ran placement::p2c";
   EXPECT_LT(total.p2c_seeds, static_cast<std::uint64_t>(seeds)) << "no seed ran placement::global";
   EXPECT_GT(total.inbox_pushes, 0u) << "no task went through an inbox";
+  EXPECT_GT(total.inbox_steals, 0u) << "no searcher took from another worker's inbox";
   EXPECT_GT(total.fiber_migrations, 0u) << "no fiber migrated between workers";
 }
 
@@ -842,6 +856,7 @@ TEST(Simulation, ASeedReplaysExactly) {
       sim_result a = simulation(seed, false, where).run();
       sim_result b = simulation(seed, false, where).run();
       EXPECT_EQ(a.inbox_pushes, b.inbox_pushes);
+      EXPECT_EQ(a.inbox_steals, b.inbox_steals);
       if (where == 1) {
         EXPECT_GT(a.inbox_pushes, 0u);
       }
