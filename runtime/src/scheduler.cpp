@@ -284,6 +284,10 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     task->spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
   }
 
+  // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
+  // tasks) may destroy it at once, and a stamp after that went into a freed
+  // block (found by test_stress's spawns racing shutdown, under ASan).
+  task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
   // through its queue until it first suspends); a spawn from elsewhere is
   // listed at once, under the gate's lock.
@@ -297,7 +301,6 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     root.destroy();
     return task;
   }
-  task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
   if (w != nullptr) {
     w->counters.spawned.add();
     core_.schedule_local(w, task, false);
@@ -336,6 +339,9 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
     assert(promise_offset >= 0 && promise_offset < 256);
     task->promise_offset = static_cast<std::uint8_t>(promise_offset);
     task->sched = this;
+    // Stamped before it is listed (as in spawn()).
+    task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                      std::memory_order_relaxed);
     out[i] = task;
   }
   // One look at the gate for the batch: a worker's reads the flag, one from
@@ -348,10 +354,6 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
       roots[i].frame.destroy();
     }
     return;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i]->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
-                        std::memory_order_relaxed);
   }
   if (w != nullptr) {
     w->counters.spawned.add(n);
