@@ -364,7 +364,8 @@ class runtime {
   [[nodiscard]] spindle::io_backend io_backend_in_use() const noexcept;
   /// The configuration in force (any thread): what was given, with `workers`
   /// resolved (0 becomes the core count), `budget` at least 1, and the
-  /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE).
+  /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE,
+  /// SPINDLE_PLACEMENT).
   [[nodiscard]] runtime_config const& config() const noexcept;
 
   /// The scheduler (for spindle's own tests, which reach its private headers).
