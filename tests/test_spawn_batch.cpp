@@ -6,13 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <list>
 #include <numeric>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "core.hpp"
 #include "runtime_test_support.hpp"
+#include "spindle/channel.hpp"
+#include "spindle/dump.hpp"
 #include "spindle/runtime.hpp"
 
 namespace {
@@ -56,6 +61,39 @@ spindle::task<long> spawn_batch_inside(int n) {
   for (auto& h : handles)
     sum += co_await h;
   co_return sum;
+}
+
+spindle::task<void> wait_on(spindle::channel<int>* ch) {
+  (void)co_await ch->recv();
+}
+
+// runtime::dump() reports a batch's tasks with the batch's spawn site (the
+// header's spawn site and time are stamped for each task of the batch).
+TEST(SpawnBatch, DumpNamesTheBatchsSpawnSite) {
+  spindle::channel<int> ch{1};  // outlives the runtime, which destroys the waiting frames
+  spindle::runtime rt{{.workers = 2}};
+  std::vector<spindle::task<void>> tasks;
+  for (int i = 0; i < 8; ++i)
+    tasks.push_back(wait_on(&ch));
+  unsigned const line = __LINE__ + 1;
+  auto handles = rt.spawn_batch(tasks);
+  std::size_t seen = 0;
+  for (int attempt = 0; attempt < 2000 && seen < handles.size(); ++attempt) {
+    spindle::runtime_dump const d = rt.dump();
+    seen = 0;
+    for (spindle::task_snapshot const& t : d.tasks) {
+      if (t.waits_on != spindle::wait_kind::channel) continue;
+      EXPECT_NE(std::strstr(t.spawned_at.file, "test_spawn_batch.cpp"), nullptr)
+          << t.spawned_at.file;
+      EXPECT_EQ(t.spawned_at.line, line);
+      EXPECT_LT(t.age, std::chrono::minutes(1));
+      ++seen;
+    }
+    if (seen < handles.size()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(seen, handles.size());
+  for (auto& h : handles)
+    h.abort();
 }
 
 TEST(SpawnBatch, FromAWorkerPastTheRingsCapacity) {
