@@ -552,8 +552,8 @@ task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promis
   return sched->spawn(root, promise, where);
 }
 
-void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out,
-                 std::size_t n, spawn_location where) {
+void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,
+                 spawn_location where) {
   sched->spawn_batch(roots, out, n, where);
 }
 

@@ -54,8 +54,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <ranges>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
