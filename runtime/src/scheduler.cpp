@@ -127,6 +127,47 @@ constexpr io_host::calls host_calls{
     },
 };
 
+// What spawn() and spawn_batch() fill in a root's header (already in
+// front of the frame, task_frame_allocate) before it is listed or queued:
+// its resume point, its promise's offset, its scheduler and, for dump(),
+// where it was spawned.
+void init_root(task_header* task, std::coroutine_handle<> root, promise_base* promise,
+               scheduler* sched, std::uint64_t spawn_site) noexcept {
+  task->resume_point = root;
+  // The promise follows the frame's resume and destroy pointers (16 bytes,
+  // or its alignment): far below 256.
+  std::ptrdiff_t const promise_offset = reinterpret_cast<char*>(promise) - task->frame_address();
+  assert(promise_offset >= 0 && promise_offset < 256);
+  task->promise_offset = static_cast<std::uint8_t>(promise_offset);
+  task->sched = sched;
+  task->spawn_site = spawn_site;
+}
+
+// When, for dump() (in spawn_time_shift units): a worker's spawn takes its
+// tick's start instead of reading the clock. Elsewhere the coarse monotonic
+// clock (the same clock as steady_clock, read at the last scheduler tick of
+// the kernel: a few ms behind at most): a full clock read costs a spawn from
+// outside a third more where the clock source is slow (measured on
+// spawn_many_remote_idle).
+std::uint32_t spawn_time_now(worker const* w) noexcept {
+  if (w != nullptr) return static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
+                           static_cast<std::uint64_t>(now.tv_nsec);
+  return static_cast<std::uint32_t>(ns >> spawn_time_shift);
+}
+
+// A root the closed gate refused: the caller's handle gets a cancelled task.
+// The state goes first: it makes the block the header's, so destroying the
+// frame leaves the block to the handle.
+void refuse_root(task_header* task, std::coroutine_handle<> root) noexcept {
+  task->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
+                    std::memory_order_release);
+  task->cancelled_before_finish = true;
+  root.destroy();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -255,34 +296,13 @@ void scheduler::drain_queues() noexcept {
 
 task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise,
                               spawn_location where) {
-  // The header is already there, in front of the frame (task_frame_allocate).
   task_header* task = task_header::of_frame(root.address());
-  task->resume_point = root;
-  // The promise follows the frame's resume and destroy pointers (16 bytes,
-  // or its alignment): far below 256.
-  std::ptrdiff_t const promise_offset = reinterpret_cast<char*>(promise) - task->frame_address();
-  assert(promise_offset >= 0 && promise_offset < 256);
-  task->promise_offset = static_cast<std::uint8_t>(promise_offset);
-  task->sched = this;
-  // For dump(): where (stored before the call below, so that `where` needs
-  // no register across it), and when: a worker's spawn takes its tick's
-  // start as the spawn time instead of reading the clock.
-  task->spawn_site = spawn_site_of(where);
+  // The site is stored before the call below, so that `where` needs no
+  // register across it.
+  init_root(task, root, promise, this, spawn_site_of(where));
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
-  if (w != nullptr) {
-    task->spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
-  } else {
-    // The coarse monotonic clock (the same clock as steady_clock, read at
-    // the last scheduler tick of the kernel: a few ms behind at most): a
-    // full clock read costs a spawn from outside a third more where the
-    // clock source is slow (measured on spawn_many_remote_idle).
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
-                             static_cast<std::uint64_t>(now.tv_nsec);
-    task->spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
-  }
+  task->spawn_time = spawn_time_now(w);
 
   // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
   // tasks) may destroy it at once, and a stamp after that went into a freed
@@ -292,13 +312,7 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   // through its queue until it first suspends); a spawn from elsewhere is
   // listed at once, under the gate's lock.
   if (w != nullptr ? owned_.closed() : !owned_.insert(task, core_.workers.size())) {
-    // Refused atomically: the caller gets a handle to a cancelled task. The
-    // state goes first: it makes the block the header's, so destroying the
-    // frame leaves the block to the handle.
-    task->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
-                      std::memory_order_release);
-    task->cancelled_before_finish = true;
-    root.destroy();
+    refuse_root(task, root);  // refused atomically
     return task;
   }
   if (w != nullptr) {
@@ -316,29 +330,13 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
   if (n == 0) return;
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
-  // For dump(), as spawn() stamps each: one site and one time for the batch.
+  // As spawn() does for each, with one site and one time for the batch.
   std::uint64_t const site = spawn_site_of(where);
-  std::uint32_t spawn_time;
-  if (w != nullptr) {
-    spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
-  } else {
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
-                             static_cast<std::uint64_t>(now.tv_nsec);
-    spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
-  }
+  std::uint32_t const spawn_time = spawn_time_now(w);
   for (std::size_t i = 0; i < n; ++i) {
-    // As spawn() does for each.
     task_header* task = task_header::of_frame(roots[i].frame.address());
-    task->spawn_site = site;
+    init_root(task, roots[i].frame, roots[i].promise, this, site);
     task->spawn_time = spawn_time;
-    task->resume_point = roots[i].frame;
-    std::ptrdiff_t const promise_offset =
-        reinterpret_cast<char*>(roots[i].promise) - task->frame_address();
-    assert(promise_offset >= 0 && promise_offset < 256);
-    task->promise_offset = static_cast<std::uint8_t>(promise_offset);
-    task->sched = this;
     // Stamped before it is listed (as in spawn()).
     task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
                       std::memory_order_relaxed);
@@ -347,12 +345,8 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
   // One look at the gate for the batch: a worker's reads the flag, one from
   // elsewhere lists the whole batch under one lock.
   if (w != nullptr ? owned_.closed() : !owned_.insert_batch(out, n, core_.workers.size())) {
-    for (std::size_t i = 0; i < n; ++i) {
-      out[i]->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
-                          std::memory_order_release);
-      out[i]->cancelled_before_finish = true;
-      roots[i].frame.destroy();
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      refuse_root(out[i], roots[i].frame);
     return;
   }
   if (w != nullptr) {
