@@ -67,18 +67,12 @@ spindle::task<void> wait_on(spindle::channel<int>* ch) {
   (void)co_await ch->recv();
 }
 
-// runtime::dump() reports a batch's tasks with the batch's spawn site (the
-// header's spawn site and time are stamped for each task of the batch).
-TEST(SpawnBatch, DumpNamesTheBatchsSpawnSite) {
-  spindle::channel<int> ch{1};  // outlives the runtime, which destroys the waiting frames
-  spindle::runtime rt{{.workers = 2}};
-  std::vector<spindle::task<void>> tasks;
-  for (int i = 0; i < 8; ++i)
-    tasks.push_back(wait_on(&ch));
-  unsigned const line = __LINE__ + 1;
-  auto handles = rt.spawn_batch(tasks);
+// Waits until runtime::dump() lists `expected` tasks waiting on a channel,
+// each with the spawn site test_spawn_batch.cpp:`line` and a recent spawn
+// time.
+void expect_dump_names_the_site(spindle::runtime& rt, std::size_t expected, unsigned line) {
   std::size_t seen = 0;
-  for (int attempt = 0; attempt < 2000 && seen < handles.size(); ++attempt) {
+  for (int attempt = 0; attempt < 2000 && seen < expected; ++attempt) {
     spindle::runtime_dump const d = rt.dump();
     seen = 0;
     for (spindle::task_snapshot const& t : d.tasks) {
@@ -89,9 +83,42 @@ TEST(SpawnBatch, DumpNamesTheBatchsSpawnSite) {
       EXPECT_LT(t.age, std::chrono::minutes(1));
       ++seen;
     }
-    if (seen < handles.size()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (seen < expected) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_EQ(seen, handles.size());
+  EXPECT_EQ(seen, expected);
+}
+
+unsigned const batch_on_worker_line = __LINE__ + 6;
+spindle::task<std::vector<spindle::join_handle<void>>> batch_on_worker(spindle::channel<int>* ch,
+                                                                       int n) {
+  std::vector<spindle::task<void>> tasks;
+  for (int i = 0; i < n; ++i)
+    tasks.push_back(wait_on(ch));
+  co_return spindle::spawn_batch(tasks);
+}
+
+// runtime::dump() reports a batch's tasks with the batch's spawn site and a
+// spawn time (stamped for each task of the batch before it is published):
+// from outside the workers with either placement (the global queue, a
+// worker's inbox) and from a worker (its ring).
+TEST(SpawnBatch, DumpNamesTheBatchsSpawnSite) {
+  for (placement where : {placement::global, placement::p2c}) {
+    spindle::channel<int> ch{1};  // outlives the runtime, which destroys the waiting frames
+    spindle::runtime rt{{.workers = 2, .placement = where}};
+    std::vector<spindle::task<void>> tasks;
+    for (int i = 0; i < 8; ++i)
+      tasks.push_back(wait_on(&ch));
+    unsigned const line = __LINE__ + 1;
+    auto handles = rt.spawn_batch(tasks);
+    expect_dump_names_the_site(rt, handles.size(), line);
+    for (auto& h : handles)
+      h.abort();
+  }
+  spindle::channel<int> ch{1};
+  spindle::runtime rt{{.workers = 2}};
+  auto handles = rt.block_on(rt.spawn(batch_on_worker(&ch, 8)));
+  ASSERT_EQ(handles.size(), 8u);
+  expect_dump_names_the_site(rt, handles.size(), batch_on_worker_line);
   for (auto& h : handles)
     h.abort();
 }
