@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core.hpp"
+#include "owned_tasks.hpp"
 #include "runtime_test_support.hpp"
 #include "spindle/channel.hpp"
 #include "spindle/dump.hpp"
@@ -156,6 +157,34 @@ TEST(SpawnBatch, Errors) {
     EXPECT_EQ(e.code(), std::make_error_code(std::errc::operation_not_permitted));
   }
   EXPECT_TRUE(rt.spawn_batch(std::vector<spindle::task<int>>{}).empty());
+}
+
+// ---- the owned lists
+
+// A batch from outside is listed in shard `workers`, which with 256 workers
+// or more is past the 256 lists and must wrap as insert()'s index does
+// (it went out of bounds: a runtime of 300 workers).
+TEST(SpawnBatch, OwnedListsWrapTheShardIndexOfABatch) {
+  spindle_test::fake_tasks t(4);
+  spindle::detail::owned_tasks lists(301);  // 300 workers and the outside's shard
+  std::size_t const outside = 300;
+  task_header* batch[3] = {t[0], t[1], t[2]};
+  ASSERT_TRUE(lists.insert_batch(batch, 3, outside));
+  EXPECT_EQ(lists.listed(), 3u) << "the batch went to a list that does not exist";
+  for (task_header* x : batch) {
+    EXPECT_TRUE(x->listed);
+    EXPECT_EQ(x->owned_list, outside % spindle::detail::owned_tasks::max_shards);
+  }
+  lists.remove(t[1]);
+  EXPECT_EQ(lists.listed(), 2u);
+  lists.close();
+  task_header* late[1] = {t[3]};
+  EXPECT_FALSE(lists.insert_batch(late, 1, outside)) << "a closed list took a batch";
+  EXPECT_FALSE(lists.insert(t[3], outside));
+  std::size_t popped = 0;
+  while (lists.pop_any() != nullptr)
+    ++popped;
+  EXPECT_EQ(popped, 2u);
 }
 
 // ---- the decisions
