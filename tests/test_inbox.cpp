@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -271,6 +272,15 @@ TEST(P2c, ThePlacementFollowsTheSeed) {
 // ---- whole runtimes
 
 std::vector<placement> const both = {placement::global, placement::p2c};
+
+// These tests run each placement themselves: SPINDLE_PLACEMENT, which
+// overrides runtime_config::placement, is dropped before main() (before any
+// thread starts), so that `SPINDLE_PLACEMENT=p2c meson test` runs them as
+// written.
+[[maybe_unused]] bool const placement_env_dropped = [] {
+  ::unsetenv("SPINDLE_PLACEMENT");
+  return true;
+}();
 
 char const* name_of(placement p) {
   return p == placement::p2c ? "p2c" : "global";
