@@ -263,6 +263,11 @@ task_header* scheduler_core::steal_inbox(worker* w) noexcept {
     if (got == 0) continue;
     w->counters.stolen.add(got);
     w->counters.steal_operations.add();
+    // The trace's steal event, as a steal from a ring (the victim's index).
+    if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
+      trace->push(
+          {steady_now_ns(), 0, victim, static_cast<std::int64_t>(got), nullptr, trace_kind::steal});
+    }
     return take_batch(w, got);
   }
   return nullptr;
