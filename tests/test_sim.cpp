@@ -511,10 +511,10 @@ class simulation {
     if (!nested && next_unused_ != 0 && rng_.below(5) == 0) {
       std::size_t j = rng_.below(static_cast<std::uint32_t>(next_unused_));
       task_header* c = fakes_[j];
-      bool const from_lifo = w->lifo_slot == c;
+      bool const from_lifo = w->lifo_slot.load(std::memory_order_relaxed) == c;
       std::uint64_t next = 0;
       if (!tasks_[j].in_poll && ts::claim_for_inline(c, from_lifo, next)) {
-        if (from_lifo) w->lifo_slot = nullptr;
+        if (from_lifo) w->lifo_slot.store(nullptr, std::memory_order_relaxed);
         if (!from_lifo) ++result_.inline_claims;
         SIM_TRACE("inline poll of " + std::to_string(j) +
                   (from_lifo ? " (LIFO slot)" : " (claimed)"));
@@ -532,6 +532,7 @@ class simulation {
   /// The end of a poll: the task finishes, yields or suspends, through the
   /// real transitions (scheduler::complete, poll_held).
   void end_poll(worker* w, task_header* t, bool draining) {
+    w->counters.polled.add();  // as scheduler::poll_held counts it
     std::size_t i = fakes_.index(t);
     sim_task& st = tasks_[i];
     std::uint32_t r = rng_.below(10);
@@ -609,7 +610,7 @@ class simulation {
     std::size_t n = core_.inject.len();
     for (auto const& w : core_.workers) {
       n += w->queue.len();
-      n += w->lifo_slot != nullptr ? 1 : 0;
+      n += w->lifo_slot.load(std::memory_order_relaxed) != nullptr ? 1 : 0;
       n += w->batch_len - w->batch_head;
       n += w->remote.len();
     }

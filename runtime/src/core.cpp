@@ -10,17 +10,33 @@
 namespace spindle::detail {
 
 scheduler_core::scheduler_core(core_platform& platform, std::size_t n, std::uint32_t budget,
-                               std::uint64_t seed, idle_tiers tiers, spindle::placement where)
+                               std::uint64_t seed, idle_tiers tiers, spindle::placement where,
+                               std::uint64_t stalled_lifo_ns)
     : idle(n),
       platform_(&platform),
       budget_(budget == 0 ? 1 : budget),
       idle_spins_(tiers.spins),
       idle_yields_(tiers.yields),
+      stalled_lifo_us_(stalled_lifo_ns == 0
+                           ? 0
+                           : static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
+                                 stalled_lifo_ns / 1000, 1, std::uint64_t{1} << 30))),
       placement_(where),
       p2c_rng_((seed ^ 0xd1b54a32d192ed03ULL) | 1) {
   workers.reserve(n);
   for (std::size_t i = 0; i < n; ++i)
     workers.push_back(std::make_unique<worker>(i, seed + 0x9e3779b97f4a7c15ULL * (i + 1)));
+}
+
+void scheduler_core::set_victim_orders(std::vector<victim_order> orders) noexcept {
+  for (std::size_t i = 0; i < workers.size() && i < orders.size(); ++i)
+    workers[i]->victims = std::move(orders[i]);
+}
+
+std::uint64_t scheduler_core::backoff_ns(worker const* w) const noexcept {
+  if (w->steal_failures == 0) return 0;
+  std::uint32_t const shift = std::min<std::uint32_t>(w->steal_failures - 1, 16);
+  return std::min(steal_backoff_base_ns << shift, steal_backoff_max_ns);
 }
 
 void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield) noexcept {
@@ -39,8 +55,21 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     // remote spawns waited tens of milliseconds (spawn_many_remote_busy).
     w->polls_since_global = w->global_interval;
   } else {
-    to_ring = std::exchange(w->lifo_slot, task);
+    // Only the owner fills the slot, so an empty slot stays empty until
+    // this store; a full one may be emptied by a rescue meanwhile, hence
+    // the exchange (to_ring is then nullptr).
+    to_ring = w->lifo_slot.load(std::memory_order_relaxed);
     if (to_ring == nullptr) {
+      w->lifo_slot.store(task, std::memory_order_release);
+    } else {
+      to_ring = w->lifo_slot.exchange(task, std::memory_order_acq_rel);
+    }
+    if (to_ring == nullptr) {
+      // A task now waits in the slot, where only a rescue can reach it if
+      // this worker stalls: the watcher must be awake to see it.
+      // (seq_cst: ordered after the claim that woke this worker, see
+      // watch_deadline_ns.)
+      if (watch_wanted_.load(std::memory_order_seq_cst)) wake_watcher();
       // Wake-on-hoard (the scanner executor): a worker that keeps scheduling locally
       // wakes a sibling now and then, so that the work piling up in its ring
       // gets stolen even if the wake for it was missed. Only when the ring
@@ -160,18 +189,21 @@ task_header* scheduler_core::not_from_lifo(worker* w, task_header* task) noexcep
 
 task_header* scheduler_core::next_local(worker* w) noexcept {
   bool flushed = false;
-  if (w->lifo_slot != nullptr) {
-    if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
-      ++w->lifo_polls_in_a_row;
-      w->counters.lifo_hits.add();
-      return std::exchange(w->lifo_slot, nullptr);
+  if (w->lifo_slot.load(std::memory_order_relaxed) != nullptr) {
+    // An exchange: a rescue may take the task at the same moment (then the
+    // slot gives nullptr and the ring is next).
+    task_header* lifo = w->lifo_slot.exchange(nullptr, std::memory_order_acquire);
+    if (lifo != nullptr) {
+      if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
+        ++w->lifo_polls_in_a_row;
+        w->counters.lifo_hits.add();
+        return lifo;
+      }
+      // Cap reached: flush the slot to the ring, where stealers can see it,
+      // and take the ring's oldest task below.
+      if (w->queue.push_back(lifo, inject)) w->counters.overflows.add();
+      flushed = true;
     }
-    // Cap reached: flush the slot to the ring, where stealers can see it,
-    // and take the ring's oldest task below.
-    if (w->queue.push_back(std::exchange(w->lifo_slot, nullptr), inject)) {
-      w->counters.overflows.add();
-    }
-    flushed = true;
   }
   task_header* task = w->queue.pop();
   if (task != nullptr) w->lifo_polls_in_a_row = 0;
@@ -227,40 +259,69 @@ task_header* scheduler_core::take_batch(worker* w, std::size_t got) noexcept {
   return w->batch[0];
 }
 
+template <class Take>
+task_header* scheduler_core::for_each_victim(worker* w, Take&& take) noexcept {
+  auto const n = static_cast<std::uint32_t>(workers.size());
+  if (w->victims.victims.empty()) {
+    // No topology: every other worker, from a random start.
+    std::uint32_t start = w->rng.below(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t victim = (start + i) % n;
+      if (victim == w->index) continue;
+      if (task_header* task = take(victim, steal_levels - 1)) return task;
+    }
+    return nullptr;
+  }
+  // Nearest level first; within a level from a random start (the levels
+  // are shuffled once, the start differs per round).
+  for (std::size_t l = 0; l < steal_levels; ++l) {
+    auto level = w->victims.level(l);
+    auto const m = static_cast<std::uint32_t>(level.size());
+    if (m == 0) continue;
+    std::uint32_t start = m == 1 ? 0 : w->rng.below(m);
+    for (std::uint32_t i = 0; i < m; ++i) {
+      if (task_header* task = take(level[(start + i) % m], l)) return task;
+    }
+  }
+  return nullptr;
+}
+
 task_header* scheduler_core::steal_work(worker* w) noexcept {
-  auto n = static_cast<std::uint32_t>(workers.size());
-  if (n < 2) return nullptr;
-  std::uint32_t start = w->rng.below(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint32_t victim = (start + i) % n;
-    if (victim == w->index) continue;
+  if (workers.size() < 2) return nullptr;
+  task_header* task = for_each_victim(w, [this, w](std::uint32_t victim, std::size_t level) {
+    ++w->steal_probes;
     std::uint32_t stolen = 0;
-    if (task_header* task = workers[victim]->queue.steal_into(w->queue, &stolen)) {
+    task_header* got = workers[victim]->queue.steal_into(w->queue, &stolen);
+    if (got != nullptr) {
       w->counters.stolen.add(stolen);
       w->counters.steal_operations.add();
+      ++w->steals_by_level[level];
       if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
         trace->push({steady_now_ns(), 0, victim, stolen, nullptr, trace_kind::steal});
       }
-      return task;
     }
+    return got;
+  });
+  if (task == nullptr && placement_ == spindle::placement::p2c) task = steal_inbox(w);
+  if (task == nullptr) task = rescue_lifo(w);
+  if (task == nullptr) {
+    ++w->steal_failures;
+    return nullptr;
   }
-  return placement_ == spindle::placement::p2c ? steal_inbox(w) : nullptr;
+  w->steal_failures = 0;
+  return task;
 }
 
 task_header* scheduler_core::steal_inbox(worker* w) noexcept {
   // A task placed on a worker that is busy in a long poll (or that has not
   // woken yet) is taken here by a searcher instead of waiting for it.
-  auto n = static_cast<std::uint32_t>(workers.size());
-  std::uint32_t start = w->rng.below(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint32_t victim = (start + i) % n;
-    if (victim == w->index) continue;
+  return for_each_victim(w, [this, w](std::uint32_t victim, std::size_t) -> task_header* {
     inbox& box = workers[victim]->remote;
     std::size_t len = box.len();
-    if (len == 0) continue;
+    if (len == 0) return nullptr;
     std::size_t want = std::min<std::size_t>(len - len / 2, worker::batch_capacity);
     std::size_t got = box.try_take(w->batch.data(), want);
-    if (got == 0) continue;
+    if (got == 0) return nullptr;
     w->counters.stolen.add(got);
     w->counters.steal_operations.add();
     // The trace's steal event, as a steal from a ring (the victim's index).
@@ -269,8 +330,68 @@ task_header* scheduler_core::steal_inbox(worker* w) noexcept {
           {steady_now_ns(), 0, victim, static_cast<std::int64_t>(got), nullptr, trace_kind::steal});
     }
     return take_batch(w, got);
+  });
+}
+
+task_header* scheduler_core::rescue_lifo(worker* w) noexcept {
+  if (stalled_lifo_us_ == 0 || workers.size() < 2) return nullptr;
+  std::uint64_t now_ns = 0;
+  return for_each_victim(w, [&](std::uint32_t v, std::size_t) -> task_header* {
+    worker& x = *workers[v];
+    if (x.lifo_slot.load(std::memory_order_relaxed) == nullptr) return nullptr;
+    if (now_ns == 0) now_ns = platform_->now_ns() | 1;  // read once, when needed
+    auto const now_us = static_cast<std::uint32_t>(now_ns / 1000);
+    auto const polls = static_cast<std::uint32_t>(x.counters.polled.get());
+    std::uint64_t const seen = x.stall_seen.load(std::memory_order_relaxed);
+    if (static_cast<std::uint32_t>(seen >> 32) != polls) {
+      // First sight of this pick: the stall (if it is one) starts now.
+      x.stall_seen.store((std::uint64_t{polls} << 32) | now_us, std::memory_order_relaxed);
+      return nullptr;
+    }
+    if (now_us - static_cast<std::uint32_t>(seen) < stalled_lifo_us_) return nullptr;
+    task_header* task = x.lifo_slot.exchange(nullptr, std::memory_order_acquire);
+    if (task != nullptr) ++w->lifo_rescues;
+    return task;
+  });
+}
+
+std::uint64_t scheduler_core::watch_deadline_ns(worker* w) noexcept {
+  if (stalled_lifo_us_ == 0 || workers.size() < 2) return no_deadline;
+  if (!w->watching) {
+    std::size_t none = not_a_worker;
+    if (!watcher_.compare_exchange_strong(none, w->index, std::memory_order_seq_cst)) {
+      return no_deadline;
+    }
+    w->watching = true;
+    w->watch_period_ns = stalled_lifo_ns();
   }
-  return nullptr;
+  // Nobody awake, nothing can stall: sleep without a deadline until a push
+  // into an empty LIFO slot wakes us. The flag is raised before the count is
+  // read, and that push reads the flag after the claim that woke its worker
+  // (seq_cst on both sides): either we see the worker awake here, or it
+  // sees the flag.
+  watch_wanted_.store(true, std::memory_order_seq_cst);
+  if (idle.num_unparked() == 0) return no_deadline;
+  watch_wanted_.store(false, std::memory_order_relaxed);
+  return platform_->now_ns() + w->watch_period_ns;
+}
+
+void scheduler_core::stop_watching(worker* w) noexcept {
+  if (!w->watching) return;
+  w->watching = false;
+  watcher_.store(not_a_worker, std::memory_order_seq_cst);
+  // Nobody watches now: the next push into an empty LIFO slot wakes a
+  // parked worker, which takes the watch when it parks again.
+  watch_wanted_.store(true, std::memory_order_seq_cst);
+}
+
+void scheduler_core::wake_watcher() noexcept {
+  if (!watch_wanted_.exchange(false, std::memory_order_seq_cst)) return;
+  std::size_t target = watcher_.load(std::memory_order_seq_cst);
+  if (target == not_a_worker) target = idle.any_parked();
+  // Not claimed: it wakes, finds itself still parked and sleeps again,
+  // with the watch's deadline (watch_deadline_ns).
+  if (target != not_a_worker) platform_->unpark_worker(target);
 }
 
 void scheduler_core::transition_from_searching(worker* w) noexcept {
@@ -281,14 +402,33 @@ void scheduler_core::transition_from_searching(worker* w) noexcept {
 }
 
 bool scheduler_core::transition_from_parked(worker* w) noexcept {
+  if (!w->has_local_tasks() && w->remote.is_empty() && w->watching &&
+      idle.is_parked(w->index)) {
+    // The watcher's deadline (or any wake of it): a stalled worker's LIFO
+    // task becomes this worker's own, and it wakes to run it.
+    if (task_header* task = rescue_lifo(w)) {
+      w->lifo_slot.store(task, std::memory_order_release);
+      w->watch_period_ns = stalled_lifo_ns();
+      // Awake to run it, and searching as a notified worker would be: the
+      // stalled worker may hold more, and other producers see a searcher.
+      idle.unpark_worker_by_id(w->index);
+      stop_watching(w);
+      w->is_searching = idle.transition_worker_to_searching();
+      return true;
+    } else {
+      w->watch_period_ns = std::min(2 * w->watch_period_ns, watch_period_max_ns);
+    }
+  }
   if (w->has_local_tasks() || !w->remote.is_empty()) {
     // Woken by its own I/O completions: it is searching only if somebody
     // also claimed it (then it no longer is in the parked set).
     w->is_searching = !idle.unpark_worker_by_id(w->index);
+    stop_watching(w);
     return true;
   }
   if (idle.is_parked(w->index)) return false;  // not claimed: sleep again
   w->is_searching = true;                      // claimed by a notifier, which counted us searching
+  stop_watching(w);
   return true;
 }
 
@@ -360,6 +500,7 @@ bool scheduler_core::remote_work_pending() const noexcept {
 scheduler_core::idle_step scheduler_core::after_tick(worker* w, bool progressed) noexcept {
   if (progressed || w->has_local_tasks()) {
     w->idle_ticks = 0;
+    w->steal_failures = 0;
     return idle_step::run;
   }
   std::uint32_t const n = ++w->idle_ticks;
@@ -377,6 +518,7 @@ bool scheduler_core::begin_park(worker* w) noexcept {
   }
   bool was_last_searcher = idle.transition_worker_to_parked(w->index, w->is_searching);
   w->is_searching = false;
+  w->steal_failures = 0;
   // The last searcher re-checks every queue after registering as parked: a
   // producer that saw it searching did not wake anyone. So does any worker
   // that parks while nobody searches: it may have been refused the search

@@ -35,9 +35,11 @@
 #include <memory>
 #include <vector>
 
+#include "clock.hpp"
 #include "global_queue.hpp"
 #include "idle_state.hpp"
 #include "spindle/runtime.hpp"
+#include "topology.hpp"
 #include "worker.hpp"
 
 namespace spindle::detail {
@@ -57,6 +59,8 @@ class core_platform {
   /// a searcher will find the task. Production kicks a block_on thread if
   /// every worker is busy.
   virtual void remote_push_unnoticed() noexcept = 0;
+  /// Now, in ns (steady_clock; the simulator's virtual time).
+  virtual std::uint64_t now_ns() noexcept { return steady_now_ns(); }
 
  protected:
   ~core_platform() = default;
@@ -70,11 +74,43 @@ struct idle_tiers {
 
 class scheduler_core {
  public:
+  /// Steal back-off (backoff_ns): a searcher whose steal rounds keep
+  /// failing waits base << (failures - 1) ns between rounds, at most
+  /// max ns: 256, 512, ..., 16,384 ns. A task pushed while the only
+  /// searcher backs off is therefore seen within 16,384 ns plus one round of
+  /// probes (a push does not wake a parked worker while a searcher is out).
+  static constexpr std::uint64_t steal_backoff_base_ns = 256;
+  static constexpr std::uint64_t steal_backoff_max_ns = 16'384;
+  /// The watcher of stalled LIFO slots (watch_deadline_ns) sleeps from the
+  /// stall threshold, doubling while it finds nothing, up to this.
+  static constexpr std::uint64_t watch_period_max_ns = 1'000'000;
+
   /// `workers` entries are made with `seed`-derived steal RNGs; the
   /// placement RNG (p2c) is seeded from `seed` too.
+  /// `stalled_lifo_ns`: a task in the LIFO slot of a worker that has taken
+  /// no new task for this long may be taken by a searcher or the watcher
+  /// (0: never; runtime_config::stalled_lifo_threshold).
   scheduler_core(core_platform& platform, std::size_t workers, std::uint32_t budget,
                  std::uint64_t seed, idle_tiers tiers = {},
-                 spindle::placement where = spindle::placement::global);
+                 spindle::placement where = spindle::placement::global,
+                 std::uint64_t stalled_lifo_ns = 0);
+  /// Gives each worker its victim order (build_victim_orders); before the
+  /// workers run. Without it, victims are tried in a random flat order.
+  void set_victim_orders(std::vector<victim_order> orders) noexcept;
+  /// How long a searching worker that found nothing waits before its next
+  /// steal round (0 when its last round succeeded): see steal_backoff_base_ns.
+  [[nodiscard]] std::uint64_t backoff_ns(worker const* w) const noexcept;
+  /// When parked worker `w` must wake to look for stalled LIFO slots
+  /// (an absolute time from now_ns), or no_deadline. At most one parked
+  /// worker watches, and only while some worker is awake; when none
+  /// watches with a deadline, the next push into an empty LIFO slot wakes a
+  /// parked worker to do it. Call after begin_park, before each sleep.
+  [[nodiscard]] std::uint64_t watch_deadline_ns(worker* w) noexcept;
+  /// Takes the task from the LIFO slot of a worker that has finished no
+  /// poll for the stall threshold (Tokio #4941), looking at the victims in
+  /// `w`'s order; nullptr when none is stalled (or rescue is off).
+  task_header* rescue_lifo(worker* w) noexcept;
+  [[nodiscard]] std::uint64_t stalled_lifo_ns() const noexcept { return stalled_lifo_us_ * 1000; }
 
   [[nodiscard]] std::size_t worker_count() const noexcept { return workers.size(); }
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
@@ -172,6 +208,11 @@ class scheduler_core {
 
  private:
   task_header* next_local(worker* w) noexcept;
+  /// Leaves the watch (a watcher that wakes to run).
+  void stop_watching(worker* w) noexcept;
+  /// A push into an empty LIFO slot while nobody watches with a deadline:
+  /// wakes the watcher (or any parked worker, which takes the watch).
+  void wake_watcher() noexcept;
   /// Returns `task`; a task taken from anywhere but the LIFO slot ends a run of
   /// LIFO polls.
   static task_header* not_from_lifo(worker* w, task_header* task) noexcept;
@@ -184,6 +225,16 @@ class scheduler_core {
   /// The first of `got` tasks in w->batch, the rest left in the batch
   /// buffer, or moved to the ring (with a wake) when some worker sleeps.
   task_header* take_batch(worker* w, std::size_t got) noexcept;
+  /// Calls take(victim, level) for each other worker in `w`'s victim order
+  /// (nearest level first, a random start within each level; without a
+  /// topology every other worker from a random start, as the farthest
+  /// level) until it returns a task; that task, or nullptr. Ring steals,
+  /// inbox steals and LIFO rescues all look at the victims this way.
+  template <class Take>
+  task_header* for_each_victim(worker* w, Take&& take) noexcept;
+  /// A searcher's round: half of a victim's ring, then (placement::p2c)
+  /// half of a victim's inbox, then a stalled worker's LIFO task
+  /// (rescue_lifo); counts the round for the back-off.
   task_header* steal_work(worker* w) noexcept;
   /// Half of another worker's inbox (at most a batch), as a searcher.
   task_header* steal_inbox(worker* w) noexcept;
@@ -194,6 +245,13 @@ class scheduler_core {
   std::uint32_t budget_;
   std::uint32_t idle_spins_;
   std::uint32_t idle_yields_;
+  std::uint32_t stalled_lifo_us_;
+  /// The watching worker, or not_a_worker.
+  std::atomic<std::size_t> watcher_{not_a_worker};
+  /// Nobody watches with a deadline (the watcher sleeps without one because
+  /// every worker was parked, or it left to run): the next push into an
+  /// empty LIFO slot wakes a parked worker to watch.
+  std::atomic<bool> watch_wanted_{false};
   spindle::placement placement_;
   // The placement RNG's state (xorshift64*): a relaxed load and store, no
   // RMW; two producers racing may draw the same pair, which is harmless.

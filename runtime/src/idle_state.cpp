@@ -25,9 +25,13 @@ bool idle_state::notify_should_wakeup() const noexcept {
 
 bool idle_state::transition_worker_to_searching() noexcept {
   std::uint64_t s = state_.load(std::memory_order_seq_cst);
-  if (2 * searching_of(s) >= workers_) return false;
-  // Not a CAS: like Tokio, a brief overshoot of the limit is harmless.
-  state_.fetch_add(searching_one, std::memory_order_seq_cst);
+  // A CAS (Tokio adds and tolerates a brief overshoot): with hundreds of
+  // workers going idle at once, an overshoot is hundreds of searchers
+  // probing every ring. Only idle workers come here, so the retry is cheap.
+  do {
+    if (2 * std::uint64_t{searching_of(s)} >= workers_) return false;
+  } while (!state_.compare_exchange_weak(s, s + searching_one, std::memory_order_seq_cst,
+                                         std::memory_order_seq_cst));
   return true;
 }
 
@@ -87,6 +91,17 @@ bool idle_state::unpark_worker_by_id(std::size_t index) noexcept {
 bool idle_state::is_parked(std::size_t index) noexcept {
   std::lock_guard lock(mutex_);
   return (parked_bitmap_[index / 64] >> (index % 64)) & 1;
+}
+
+std::size_t idle_state::any_parked() noexcept {
+  std::lock_guard lock(mutex_);
+  if (num_parked_ == 0) return not_a_worker;
+  for (std::size_t w = 0; w < parked_bitmap_.size(); ++w) {
+    if (parked_bitmap_[w] != 0) {
+      return w * 64 + static_cast<std::size_t>(std::countr_zero(parked_bitmap_[w]));
+    }
+  }
+  return not_a_worker;
 }
 
 std::size_t idle_state::pop_parked_locked() noexcept {

@@ -9,7 +9,9 @@
 //  - A producer that makes work visible calls worker_to_notify(): when no
 //    worker is searching and some are parked it claims one parked worker,
 //    counting it as unparked and searching, and the caller unparks it.
-//  - At most half of the workers search at once (transition_worker_to_searching).
+//  - At most half of the workers (rounded up) search at once
+//    (transition_worker_to_searching, a CAS: never more, with any number of
+//    workers up to max_workers).
 //  - A searcher that finds work leaves the searching state; if it was the
 //    last searcher it must notify another worker (there may be more work).
 //  - A worker that parks while searching and was the last searcher must
@@ -52,6 +54,9 @@ class idle_state {
   /// Worker `index` woke without being claimed (I/O completion, spurious):
   /// removes it from the parked set. Returns true when it was there.
   bool unpark_worker_by_id(std::size_t index) noexcept;
+  /// Some parked worker (the lowest index), without claiming it, or
+  /// not_a_worker when none is parked.
+  [[nodiscard]] std::size_t any_parked() noexcept;
   /// True while worker `index` is registered as parked.
   [[nodiscard]] bool is_parked(std::size_t index) noexcept;
 

@@ -47,13 +47,16 @@ std::size_t resolve_workers(std::size_t requested) {
   return hc == 0 ? 1 : hc;
 }
 
-void pin_to_cpu(std::size_t index) noexcept {
+// Pins the calling thread to CPU index % ncpu; returns that CPU, or -1
+// when it could not (best effort).
+int pin_to_cpu(std::size_t index) noexcept {
   long ncpu = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu <= 0) return;
+  if (ncpu <= 0) return -1;
+  int const cpu = static_cast<int>(index % static_cast<std::size_t>(ncpu));
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(static_cast<int>(index % static_cast<std::size_t>(ncpu)), &set);
-  ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set);  // best effort
+  CPU_SET(cpu, &set);
+  return ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set) == 0 ? cpu : -1;
 }
 
 // The address below which the calling thread's stack is more than half used
@@ -85,6 +88,10 @@ inline void cpu_relax() noexcept {
 // scheduler_core.
 runtime_config resolve_config(runtime_config config) {
   config.workers = resolve_workers(config.workers);
+  if (config.stalled_lifo_threshold.count() < 0) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle: runtime_config::stalled_lifo_threshold must not be negative");
+  }
   if (char const* env = std::getenv("SPINDLE_IDLE"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     unsigned long spins = std::strtoul(env, &end, 10);
@@ -178,7 +185,10 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       host_(this, host_calls),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, config_.workers, config_.budget, config_.seed,
-            idle_tiers{config_.idle_spins, config_.idle_yields}, config_.placement),
+            idle_tiers{config_.idle_spins, config_.idle_yields}, config_.placement,
+            static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(config_.stalled_lifo_threshold)
+                    .count())),
       owned_(config_.workers + 1),
       blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
@@ -206,6 +216,9 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
     for (; launched < n; ++launched) {
       worker* w = core_.workers[launched].get();
       w->thread = std::thread([this, w, &started, &errors] {
+        // Where the worker runs, for its victim order (topology.hpp).
+        int const pinned = config_.pin_threads ? pin_to_cpu(w->index) : -1;
+        w->cpu = pinned >= 0 ? pinned : ::sched_getcpu();
         try {
           driver_->on_worker_start(w->index);
         } catch (...) {
@@ -213,6 +226,9 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
         }
         bool ok = errors[w->index] == nullptr;
         started.count_down();
+        // The victim orders are built from every worker's CPU once all
+        // have started.
+        ready_.wait(false, std::memory_order_acquire);
         if (ok) run_worker(w);
       });
     }
@@ -222,6 +238,14 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       started.count_down();
   }
   started.wait();
+  if (n > 1 && launch_error == nullptr) {
+    std::vector<int> cpus(n);
+    for (std::size_t i = 0; i < n; ++i)
+      cpus[i] = core_.workers[i]->cpu;
+    core_.set_victim_orders(build_victim_orders(cached_topology(), cpus, config_.seed));
+  }
+  ready_.store(true, std::memory_order_release);
+  ready_.notify_all();
   std::exception_ptr first = launch_error;
   for (auto& e : errors) {
     if (first == nullptr && e != nullptr) first = e;
@@ -278,7 +302,7 @@ void scheduler::drain_queues() noexcept {
     if (!release_if_stale(task) && !task->listed) owned_.link(task, shard);
   };
   for (auto& w : core_.workers) {
-    if (task_header* t = std::exchange(w->lifo_slot, nullptr)) consume(t);
+    if (task_header* t = w->lifo_slot.exchange(nullptr, std::memory_order_relaxed)) consume(t);
     while (w->batch_head != w->batch_len)
       consume(w->batch[w->batch_head++]);
     while (task_header* t = w->queue.pop())
@@ -401,7 +425,6 @@ void scheduler::run_worker(worker* w) {
   ctx.sched = this;
   ctx.self = w;
   ctx.trace = w->trace;
-  if (config_.pin_threads) pin_to_cpu(w->index);
   w->inline_stack_limit = half_stack_mark();
 
   while (!shutdown_.load(std::memory_order_acquire)) {
@@ -431,10 +454,20 @@ void scheduler::run_worker(worker* w) {
     switch (core_.after_tick(w, polls != 0 || reaped != 0 || fired != 0)) {
       case scheduler_core::idle_step::run:
         break;
-      case scheduler_core::idle_step::spin:
+      case scheduler_core::idle_step::spin: {
         for (std::uint32_t i = 0; i < worker::idle_spin_pauses; ++i)
           cpu_relax();
+        // A searcher whose steal rounds keep failing waits longer between
+        // them (exponential, bounded: scheduler_core::backoff_ns).
+        if (std::uint64_t backoff = core_.backoff_ns(w); backoff != 0) {
+          std::uint64_t const until = steady_now_ns() + backoff;
+          do {
+            for (std::uint32_t i = 0; i < worker::idle_spin_pauses; ++i)
+              cpu_relax();
+          } while (steady_now_ns() < until);
+        }
         break;
+      }
       case scheduler_core::idle_step::yield:
         ::sched_yield();
         break;
@@ -460,7 +493,9 @@ void scheduler::park_worker(worker* w) noexcept {
   while (!shutdown_.load(std::memory_order_acquire)) {
     // Sleep until the next timer of this worker's wheel at the latest; a
     // timer armed from another thread meanwhile unparks us to re-read it.
-    std::uint64_t deadline = timer_deadline_ns(w);
+    // The watcher of stalled LIFO slots (if this worker is it) wakes on
+    // its period too.
+    std::uint64_t deadline = std::min(timer_deadline_ns(w), core_.watch_deadline_ns(w));
     std::uint64_t const slept = trace != nullptr ? steady_now_ns() : 0;
     if (driver_->park_in_driver(w->index)) {
       w->park.park_in_driver(*driver_, w->index, deadline);

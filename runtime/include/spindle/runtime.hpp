@@ -13,7 +13,8 @@
 // with `automatic` it falls back to the thread-pool backend instead.
 // std::system_error(std::errc::resource_unavailable_try_again) when a worker
 // thread cannot be started; std::system_error(std::errc::invalid_argument)
-// for max_blocking_threads == 0, a negative blocking_keep_alive or more than
+// for max_blocking_threads == 0, a negative blocking_keep_alive or
+// stalled_lifo_threshold, or more than
 // max_workers (65,535) workers. block_on called from one of this
 // runtime's workers throws std::system_error(std::errc::resource_deadlock_would_occur).
 //
@@ -112,7 +113,9 @@ struct runtime_config {
   std::size_t workers = 0;  ///< worker threads (<= max_workers); 0 = hardware_concurrency()
   std::uint64_t seed = 0x853c49e6748fea9bULL;  ///< victim-selection RNG seed
   std::uint32_t budget = 128;                  ///< polls per tick (>= 1; 8x for nested join polls)
-  bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu
+  bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu; the steal order
+                                               ///< follows the CPU topology from the pinned CPUs
+                                               ///< (unpinned: from the CPU each worker starts on)
   io_backend io = io_backend::automatic;       ///< see io_backend; env SPINDLE_IO=uring|threadpool
                                                ///< applies when this is `automatic`
   std::uint32_t ring_entries = 256;            ///< io_uring submission queue entries per worker
@@ -150,6 +153,18 @@ struct runtime_config {
   /// overrides both. How the defaults were measured: docs/tuning.md.
   std::uint32_t idle_spins = 0;
   std::uint32_t idle_yields = 4;  ///< see idle_spins
+  /// Stalled-worker rescue (Tokio issue #4941): the task in a worker's LIFO
+  /// slot (the one it spawned or woke last, which it runs next) cannot be
+  /// stolen like the tasks of its ring, so a task that polls for a long time
+  /// without yielding strands it. Once a worker has finished no poll for
+  /// this long (no poll of it has ended) while its LIFO slot holds one, a searching worker, or the
+  /// parked worker that watches for stalls (it wakes at this period, backing
+  /// off to 1 ms while it finds none, and sleeps without a deadline when
+  /// every worker is parked), takes that task and runs it. The owner's
+  /// cost is one atomic exchange per LIFO pop. Granularity 1 us; 0 turns
+  /// the rescue off (Tokio's behaviour); negative throws
+  /// std::system_error(std::errc::invalid_argument).
+  std::chrono::microseconds stalled_lifo_threshold{100};
   /// How long the destructor waits for the bodies of cancelled processes
   /// (spindle/process.hpp) to end before it destroys their frames (ms, >= 0).
   std::chrono::milliseconds process_shutdown_timeout{5000};
