@@ -402,8 +402,7 @@ void scheduler_core::transition_from_searching(worker* w) noexcept {
 }
 
 bool scheduler_core::transition_from_parked(worker* w) noexcept {
-  if (!w->has_local_tasks() && w->remote.is_empty() && w->watching &&
-      idle.is_parked(w->index)) {
+  if (!w->has_local_tasks() && w->remote.is_empty() && w->watching && idle.is_parked(w->index)) {
     // The watcher's deadline (or any wake of it): a stalled worker's LIFO
     // task becomes this worker's own, and it wakes to run it.
     if (task_header* task = rescue_lifo(w)) {
@@ -421,13 +420,16 @@ bool scheduler_core::transition_from_parked(worker* w) noexcept {
   }
   if (w->has_local_tasks() || !w->remote.is_empty()) {
     // Woken by its own I/O completions: it is searching only if somebody
-    // also claimed it (then it no longer is in the parked set).
-    w->is_searching = !idle.unpark_worker_by_id(w->index);
+    // also claimed it (then it no longer is in the parked set) and counted
+    // it searching.
+    w->is_searching = !idle.unpark_worker_by_id(w->index) && idle.claimed_as_searcher(w->index);
     stop_watching(w);
     return true;
   }
   if (idle.is_parked(w->index)) return false;  // not claimed: sleep again
-  w->is_searching = true;                      // claimed by a notifier, which counted us searching
+  // Claimed by a notifier, which counted us searching (or, for an inbox
+  // push beyond the searcher bound, unparked only).
+  w->is_searching = idle.claimed_as_searcher(w->index);
   stop_watching(w);
   return true;
 }
@@ -532,7 +534,7 @@ bool scheduler_core::begin_park(worker* w) noexcept {
   // registration above did not see this worker parked, and its task is seen
   // here.
   if (!w->remote.is_empty()) {
-    w->is_searching = !idle.unpark_worker_by_id(w->index);
+    w->is_searching = !idle.unpark_worker_by_id(w->index) && idle.claimed_as_searcher(w->index);
     end_park(w);
     return false;
   }

@@ -9,7 +9,8 @@ namespace spindle::detail {
 idle_state::idle_state(std::size_t workers)
     : workers_(static_cast<std::uint32_t>(workers)),
       state_(unparked_one * workers),
-      parked_bitmap_((workers + 63) / 64, 0) {}
+      parked_bitmap_((workers + 63) / 64, 0),
+      unsearching_bitmap_((workers + 63) / 64, 0) {}
 
 bool idle_state::notify_should_wakeup() const noexcept {
   // A full fence before the load orders the caller's earlier push (a
@@ -40,14 +41,23 @@ bool idle_state::transition_worker_from_searching() noexcept {
   return searching_of(prev) == 1;
 }
 
+bool idle_state::claim_searcher_locked(std::uint32_t below) noexcept {
+  std::uint64_t s = state_.load(std::memory_order_seq_cst);
+  do {
+    if (searching_of(s) >= below) return false;
+  } while (!state_.compare_exchange_weak(s, s + searching_one + unparked_one,
+                                         std::memory_order_seq_cst, std::memory_order_seq_cst));
+  return true;
+}
+
 std::size_t idle_state::worker_to_notify() noexcept {
   if (!notify_should_wakeup()) return not_a_worker;
   std::lock_guard lock(mutex_);
-  if (!notify_should_wakeup()) return not_a_worker;
-  std::size_t index = pop_parked_locked();
-  if (index == not_a_worker) return not_a_worker;
-  state_.fetch_add(searching_one + unparked_one, std::memory_order_seq_cst);
-  return index;
+  // Counted searching only while nobody searches, by a CAS: a worker that
+  // turned searcher since the check above (transition_worker_to_searching
+  // takes no lock) is seen, and the searcher bound holds.
+  if (num_parked_ == 0 || !claim_searcher_locked(1)) return not_a_worker;
+  return pop_parked_locked();
 }
 
 std::size_t idle_state::worker_to_notify_preferring(std::size_t preferred) noexcept {
@@ -57,15 +67,21 @@ std::size_t idle_state::worker_to_notify_preferring(std::size_t preferred) noexc
   // inbox: one of the two sides sees the other.
   if (unparked_of(state_.load(std::memory_order_seq_cst)) == workers_) return not_a_worker;
   std::lock_guard lock(mutex_);
-  std::size_t index = not_a_worker;
-  if (test_and_clear_locked(preferred)) {
-    index = preferred;
-  } else if (notify_should_wakeup()) {
-    index = pop_parked_locked();
+  if (((parked_bitmap_[preferred / 64] >> (preferred % 64)) & 1) != 0) {
+    // The preferred worker is claimed, counted searching as a notified one
+    // is while transition_worker_to_searching's bound allows (at most half
+    // the workers search, however many inbox pushes claim parked workers);
+    // beyond it, counted unparked only, and it learns so when it wakes
+    // (claimed_as_searcher).
+    if (!claim_searcher_locked((workers_ + 1) / 2)) {
+      state_.fetch_add(unparked_one, std::memory_order_seq_cst);
+      unsearching_bitmap_[preferred / 64] |= std::uint64_t{1} << (preferred % 64);
+    }
+    test_and_clear_locked(preferred);
+    return preferred;
   }
-  if (index == not_a_worker) return not_a_worker;
-  state_.fetch_add(searching_one + unparked_one, std::memory_order_seq_cst);
-  return index;
+  if (num_parked_ == 0 || !claim_searcher_locked(1)) return not_a_worker;
+  return pop_parked_locked();
 }
 
 bool idle_state::transition_worker_to_parked(std::size_t index, bool is_searching) noexcept {
@@ -102,6 +118,15 @@ std::size_t idle_state::any_parked() noexcept {
     }
   }
   return not_a_worker;
+}
+
+bool idle_state::claimed_as_searcher(std::size_t index) noexcept {
+  std::lock_guard lock(mutex_);
+  std::uint64_t& word = unsearching_bitmap_[index / 64];
+  std::uint64_t const bit = std::uint64_t{1} << (index % 64);
+  if ((word & bit) == 0) return true;
+  word &= ~bit;
+  return false;
 }
 
 std::size_t idle_state::pop_parked_locked() noexcept {

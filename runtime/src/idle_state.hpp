@@ -44,10 +44,11 @@ class idle_state {
   std::size_t worker_to_notify() noexcept;
   /// After a push into worker `preferred`'s inbox (placement::p2c): claims
   /// `preferred` when it is parked (counted as unparked and searching, as
-  /// worker_to_notify counts the worker it claims), else what
-  /// worker_to_notify would claim; not_a_worker when it claims nobody. One
-  /// load when no worker is parked. The caller's push must be a seq_cst RMW
-  /// (inbox::push's length).
+  /// worker_to_notify counts the worker it claims, while fewer than half
+  /// the workers search; beyond that bound as unparked only, see
+  /// claimed_as_searcher), else what worker_to_notify would claim;
+  /// not_a_worker when it claims nobody. One load when no worker is parked.
+  /// The caller's push must be a seq_cst RMW (inbox::push's length).
   std::size_t worker_to_notify_preferring(std::size_t preferred) noexcept;
   /// Worker `index` parks. Returns true when it was the last searcher.
   bool transition_worker_to_parked(std::size_t index, bool is_searching) noexcept;
@@ -57,6 +58,11 @@ class idle_state {
   /// Some parked worker (the lowest index), without claiming it, or
   /// not_a_worker when none is parked.
   [[nodiscard]] std::size_t any_parked() noexcept;
+  /// Worker `index`, woken and no longer registered as parked, was claimed
+  /// by a waker (it did not unpark itself): whether the waker counted it
+  /// searching (false only for worker_to_notify_preferring's claim beyond
+  /// the searcher bound). Call once per claim.
+  [[nodiscard]] bool claimed_as_searcher(std::size_t index) noexcept;
   /// True while worker `index` is registered as parked.
   [[nodiscard]] bool is_parked(std::size_t index) noexcept;
 
@@ -77,6 +83,9 @@ class idle_state {
     return static_cast<std::uint32_t>(s >> 32);
   }
   [[nodiscard]] bool notify_should_wakeup() const noexcept;
+  /// Counts one more worker unparked and searching (a claimed parked
+  /// worker) if fewer than `below` search, by a CAS; false otherwise.
+  bool claim_searcher_locked(std::uint32_t below) noexcept;
   std::size_t pop_parked_locked() noexcept;
   bool test_and_clear_locked(std::size_t index) noexcept;
 
@@ -85,6 +94,9 @@ class idle_state {
   std::mutex mutex_;
   std::vector<std::uint64_t> parked_bitmap_;  // guarded by mutex_
   std::size_t num_parked_ = 0;                // guarded by mutex_
+  // Claimed workers not counted searching (claimed_as_searcher); guarded
+  // by mutex_.
+  std::vector<std::uint64_t> unsearching_bitmap_;
 };
 
 }  // namespace spindle::detail
