@@ -410,9 +410,11 @@ bool scheduler_core::transition_from_parked(worker* w) noexcept {
       w->watch_period_ns = stalled_lifo_ns();
       // Awake to run it, and searching as a notified worker would be: the
       // stalled worker may hold more, and other producers see a searcher.
-      idle.unpark_worker_by_id(w->index);
+      // A notifier may have claimed us since the look above (it then
+      // counted us, searching or not): no second count.
+      w->is_searching = idle.unpark_worker_by_id(w->index) ? idle.transition_worker_to_searching()
+                                                           : idle.claimed_as_searcher(w->index);
       stop_watching(w);
-      w->is_searching = idle.transition_worker_to_searching();
       return true;
     } else {
       w->watch_period_ns = std::min(2 * w->watch_period_ns, watch_period_max_ns);
