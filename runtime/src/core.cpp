@@ -29,8 +29,10 @@ scheduler_core::scheduler_core(core_platform& platform, std::size_t n, std::uint
 }
 
 void scheduler_core::set_victim_orders(std::vector<victim_order> orders) noexcept {
-  for (std::size_t i = 0; i < workers.size() && i < orders.size(); ++i)
-    workers[i]->victims = std::move(orders[i]);
+  if (!victim_orders_.empty()) return;  // once: the workers read them without a lock
+  victim_orders_ = std::move(orders);
+  for (std::size_t i = 0; i < workers.size() && i < victim_orders_.size(); ++i)
+    workers[i]->victims.store(&victim_orders_[i], std::memory_order_release);
 }
 
 std::uint64_t scheduler_core::backoff_ns(worker const* w) const noexcept {
@@ -262,7 +264,8 @@ task_header* scheduler_core::take_batch(worker* w, std::size_t got) noexcept {
 template <class Take>
 task_header* scheduler_core::for_each_victim(worker* w, Take&& take) noexcept {
   auto const n = static_cast<std::uint32_t>(workers.size());
-  if (w->victims.victims.empty()) {
+  victim_order const* order = w->victims.load(std::memory_order_acquire);
+  if (order == nullptr || order->victims.empty()) {
     // No topology: every other worker, from a random start.
     std::uint32_t start = w->rng.below(n);
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -275,7 +278,7 @@ task_header* scheduler_core::for_each_victim(worker* w, Take&& take) noexcept {
   // Nearest level first; within a level from a random start (the levels
   // are shuffled once, the start differs per round).
   for (std::size_t l = 0; l < steal_levels; ++l) {
-    auto level = w->victims.level(l);
+    auto level = order->level(l);
     auto const m = static_cast<std::uint32_t>(level.size());
     if (m == 0) continue;
     std::uint32_t start = m == 1 ? 0 : w->rng.below(m);

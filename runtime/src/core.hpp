@@ -94,8 +94,9 @@ class scheduler_core {
                  std::uint64_t seed, idle_tiers tiers = {},
                  spindle::placement where = spindle::placement::global,
                  std::uint64_t stalled_lifo_ns = 0);
-  /// Gives each worker its victim order (build_victim_orders); before the
-  /// workers run. Without it, victims are tried in a random flat order.
+  /// Gives each worker its victim order (build_victim_orders), once; the
+  /// workers may be running. Without it, victims are tried in a random flat
+  /// order.
   void set_victim_orders(std::vector<victim_order> orders) noexcept;
   /// How long a searching worker that found nothing waits before its next
   /// steal round (0 when its last round succeeded): see steal_backoff_base_ns.
@@ -246,6 +247,8 @@ class scheduler_core {
   std::uint32_t idle_spins_;
   std::uint32_t idle_yields_;
   std::uint32_t stalled_lifo_us_;
+  /// The victim orders the workers point to (set once).
+  std::vector<victim_order> victim_orders_;
   /// The watching worker, or not_a_worker.
   std::atomic<std::size_t> watcher_{not_a_worker};
   /// Nobody watches with a deadline (the watcher sleeps without one because

@@ -226,9 +226,6 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
         }
         bool ok = errors[w->index] == nullptr;
         started.count_down();
-        // The victim orders are built from every worker's CPU once all
-        // have started.
-        ready_.wait(false, std::memory_order_acquire);
         if (ok) run_worker(w);
       });
     }
@@ -239,13 +236,13 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
   }
   started.wait();
   if (n > 1 && launch_error == nullptr) {
+    // Every worker has recorded its CPU (before count_down): the victim
+    // orders, published to workers that may already search.
     std::vector<int> cpus(n);
     for (std::size_t i = 0; i < n; ++i)
       cpus[i] = core_.workers[i]->cpu;
     core_.set_victim_orders(build_victim_orders(cached_topology(), cpus, config_.seed));
   }
-  ready_.store(true, std::memory_order_release);
-  ready_.notify_all();
   std::exception_ptr first = launch_error;
   for (auto& e : errors) {
     if (first == nullptr && e != nullptr) first = e;

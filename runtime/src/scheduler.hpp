@@ -189,8 +189,6 @@ class scheduler final : public core_platform {
   std::atomic<bool> shutdown_{false};
   // Bumped by each dump() (dump.cpp); read once per tick by every worker.
   std::atomic<std::uint64_t> dump_gen_{0};
-  // Set once the victim orders are built: workers wait for it to run.
-  std::atomic<bool> ready_{false};
   // Each poll's sync_io_budget: sync_io_per_poll, or 0 when
   // runtime_config::try_cached_reads is off.
   std::uint32_t sync_io_per_poll_ = 0;

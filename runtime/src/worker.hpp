@@ -9,8 +9,9 @@
 // order (topology.hpp), the steal back-off and the worker's timer wheel.
 // Thread-safety: everything but `queue`, `remote` (inbox.hpp), `lifo_slot`,
 // `stall_seen`, `park`, `transitioning_to_park`, `timers` (its own lock) and
-// `counters` is touched only by the worker's own thread (`victims` and `cpu`
-// are written before the worker runs its loop).
+// `counters` is touched only by the worker's own thread (`cpu` is written
+// before the worker starts its loop; `victims` is an atomic pointer
+// published later).
 // Design source: Volt's per-worker resources, Tokio's worker.rs.
 #pragma once
 
@@ -116,9 +117,11 @@ struct worker {
   /// steady_clock ns at the start of the current tick: the spawn time of
   /// the tasks spawned in it (runtime::dump()'s age).
   std::uint64_t tick_start_ns = 0;
-  /// Whom to steal from, nearest first (empty: every other worker, in a
-  /// random order from `rng`).
-  victim_order victims;
+  /// Whom to steal from, nearest first (nullptr, or no victims: every
+  /// other worker, in a random order from `rng`). Published once, after
+  /// every worker has started (scheduler_core::set_victim_orders); the
+  /// worker may already search meanwhile.
+  std::atomic<victim_order const*> victims{nullptr};
   /// The CPU the worker runs on (pinned) or started on; -1 unknown.
   int cpu = -1;
   /// Steal rounds in a row that found nothing (the back-off's exponent;
