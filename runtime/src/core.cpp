@@ -347,7 +347,7 @@ task_header* scheduler_core::rescue_lifo(worker* w) noexcept {
     auto const polls = static_cast<std::uint32_t>(x.counters.polled.get());
     std::uint64_t const seen = x.stall_seen.load(std::memory_order_relaxed);
     if (static_cast<std::uint32_t>(seen >> 32) != polls) {
-      // First sight of this pick: the stall (if it is one) starts now.
+      // First sight of this poll count: a stall (if it is one) starts now.
       x.stall_seen.store((std::uint64_t{polls} << 32) | now_us, std::memory_order_relaxed);
       return nullptr;
     }
