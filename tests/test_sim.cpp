@@ -925,12 +925,12 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
 }
 
 TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
-  // Beyond 64 workers: the parked set spans several bitmap words and the
+  // Beyond 64 workers (16 for comparison): the parked set spans several bitmap words and the
   // searcher count stays within half the workers (checked after every
   // step); every spawned task runs (final_check). The figures are the
   // README's (docs/design.md, "Stealing at scale").
   long const seeds = spindle_test::scaled(8, 2);
-  for (std::size_t n : {std::size_t{64}, std::size_t{256}}) {
+  for (std::size_t n : {std::size_t{16}, std::size_t{64}, std::size_t{256}}) {
     sim_result total;
     std::uint64_t max_searching = 0;
     for (long s = 1; s <= seeds; ++s) {
