@@ -157,13 +157,14 @@ struct runtime_config {
   /// slot (the one it spawned or woke last, which it runs next) cannot be
   /// stolen like the tasks of its ring, so a task that polls for a long time
   /// without yielding strands it. Once a worker has finished no poll for
-  /// this long (no poll of it has ended) while its LIFO slot holds one, a searching worker, or the
+  /// this long while its LIFO slot holds a task, a searching worker, or the
   /// parked worker that watches for stalls (it wakes at this period, backing
   /// off to 1 ms while it finds none, and sleeps without a deadline when
   /// every worker is parked), takes that task and runs it. The owner's
   /// cost is one atomic exchange per LIFO pop. Granularity 1 us; 0 turns
   /// the rescue off (Tokio's behaviour); negative throws
-  /// std::system_error(std::errc::invalid_argument).
+  /// std::system_error(std::errc::invalid_argument). Design source: Tokio
+  /// issue #4941 and its reverted PR #7431 (docs/design.md, "Stealing").
   std::chrono::microseconds stalled_lifo_threshold{100};
   /// How long the destructor waits for the bodies of cancelled processes
   /// (spindle/process.hpp) to end before it destroys their frames (ms, >= 0).
