@@ -955,7 +955,12 @@ TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
     }
     EXPECT_LE(2 * max_searching, n);
     EXPECT_GT(total.steals, 0u);
-    EXPECT_GT(total.rescues, 0u);
+    // Rescues at the sizes this test is for; the 16-worker row is there for
+    // comparison, and the sanitizers' 2 seeds of it may draw no stall (the
+    // first test checks rescues over its thousands of seeds).
+    if (n >= 64) {
+      EXPECT_GT(total.rescues, 0u);
+    }
     auto per = [](std::uint64_t a, std::uint64_t b) {
       return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
     };
