@@ -6,7 +6,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -263,17 +262,11 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
   if (w != nullptr) {
-    task->spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
+    task->spawn_time = spawn_time_of(w->tick_start_ns);
   } else {
-    // The coarse monotonic clock (the same clock as steady_clock, read at
-    // the last scheduler tick of the kernel: a few ms behind at most): a
-    // full clock read costs a spawn from outside a third more where the
-    // clock source is slow (measured on spawn_many_remote_idle).
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
-                             static_cast<std::uint64_t>(now.tv_nsec);
-    task->spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
+    // The coarse clock (clock.hpp): a full read costs a spawn from outside
+    // a third more where the clock source is slow.
+    task->spawn_time = spawn_time_of(coarse_now_ns());
   }
 
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
