@@ -227,7 +227,7 @@ op_awaiter statx_at_op(int dir_fd, std::filesystem::path const& path, int flags,
                           .flags = flags,
                           .path = path.c_str(),
                           .buffer = &stx,
-                          .length = STATX_BASIC_STATS}};
+                          .length = STATX_BASIC_STATS}};  // io_op::statx_mask()
 }
 
 }  // namespace

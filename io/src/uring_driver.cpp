@@ -410,7 +410,7 @@ int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
       io_uring_prep_poll_add(sqe, op.fd, static_cast<unsigned>(op.flags));
       break;
     case op_code::statx_at:
-      io_uring_prep_statx(sqe, op.dir_fd, op.path, op.flags, op.length,
+      io_uring_prep_statx(sqe, op.dir_fd, op.path, op.flags, op.statx_mask(),
                           static_cast<struct statx*>(op.buffer));
       break;
   }
