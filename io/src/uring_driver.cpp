@@ -20,6 +20,7 @@
 #include <system_error>
 #include <utility>
 
+#include "env.hpp"
 #include "spindle/runtime.hpp"
 
 namespace spindle::io::detail {
@@ -77,10 +78,7 @@ bool kernel_at_least(int major, int minor) noexcept {
 /// SPINDLE_NET_PROVIDED_BUFFERS=0 turns provided-buffer receives off (every
 /// RECV gets the caller's buffer), for comparing the two.
 bool provided_buffers_allowed() noexcept {
-  static bool const allowed = [] {
-    char const* env = std::getenv("SPINDLE_NET_PROVIDED_BUFFERS");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static bool const allowed = spindle::detail::env_switch_on("SPINDLE_NET_PROVIDED_BUFFERS");
   return allowed;
 }
 

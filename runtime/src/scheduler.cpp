@@ -2,6 +2,7 @@
 #include "scheduler.hpp"
 
 #include "clock.hpp"
+#include "env.hpp"
 #include "task_state.hpp"
 
 #include <pthread.h>
@@ -17,7 +18,6 @@
 #include <latch>
 #include <mutex>
 #include <new>
-#include <string_view>
 #include <system_error>
 
 namespace spindle::detail {
@@ -84,19 +84,15 @@ inline void cpu_relax() noexcept {
 // scheduler_core.
 runtime_config resolve_config(runtime_config config) {
   config.workers = resolve_workers(config.workers);
-  if (char const* env = std::getenv("SPINDLE_IDLE"); env != nullptr && *env != '\0') {
+  if (char const* env = env_value("SPINDLE_IDLE")) {
     char* end = nullptr;
     unsigned long spins = std::strtoul(env, &end, 10);
     unsigned long yields = *end == ',' ? std::strtoul(end + 1, nullptr, 10) : 0;
     config.idle_spins = static_cast<std::uint32_t>(std::min(spins, 1'000'000UL));
     config.idle_yields = static_cast<std::uint32_t>(std::min(yields, 1'000'000UL));
   }
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && std::string_view(env) == "0") {
-    config.try_cached_reads = false;
-  }
-  if (char const* env = std::getenv("SPINDLE_TRACE");
-      config.trace_path.empty() && env != nullptr && *env != '\0') {
+  if (!env_switch_on("SPINDLE_CACHED_READS")) config.try_cached_reads = false;
+  if (char const* env = env_value("SPINDLE_TRACE"); config.trace_path.empty() && env != nullptr) {
     if constexpr (trace_sites) {
       config.trace_path = env;
     } else {
