@@ -220,7 +220,7 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
   // suspension), or seen twice while it moved (the first report is kept).
   std::unordered_set<task_header const*> seen;
   seen.reserve(found.size());
-  std::uint32_t const now = static_cast<std::uint32_t>(steady_now_ns() >> spawn_time_shift);
+  std::uint32_t const now = spawn_time_of(steady_now_ns());
   d.tasks.reserve(found.size());
   for (worker::dump_entry const& e : found) {
     if (!seen.insert(e.task).second) continue;

@@ -2,11 +2,11 @@
 #include "scheduler.hpp"
 
 #include "clock.hpp"
+#include "env.hpp"
 #include "task_state.hpp"
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 #include <latch>
 #include <mutex>
 #include <new>
-#include <string_view>
 #include <system_error>
 
 namespace spindle::detail {
@@ -92,19 +91,15 @@ runtime_config resolve_config(runtime_config config) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle: runtime_config::stalled_lifo_threshold must not be negative");
   }
-  if (char const* env = std::getenv("SPINDLE_IDLE"); env != nullptr && *env != '\0') {
+  if (char const* env = env_value("SPINDLE_IDLE")) {
     char* end = nullptr;
     unsigned long spins = std::strtoul(env, &end, 10);
     unsigned long yields = *end == ',' ? std::strtoul(end + 1, nullptr, 10) : 0;
     config.idle_spins = static_cast<std::uint32_t>(std::min(spins, 1'000'000UL));
     config.idle_yields = static_cast<std::uint32_t>(std::min(yields, 1'000'000UL));
   }
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && std::string_view(env) == "0") {
-    config.try_cached_reads = false;
-  }
-  if (char const* env = std::getenv("SPINDLE_TRACE");
-      config.trace_path.empty() && env != nullptr && *env != '\0') {
+  if (!env_switch_on("SPINDLE_CACHED_READS")) config.try_cached_reads = false;
+  if (char const* env = env_value("SPINDLE_TRACE"); config.trace_path.empty() && env != nullptr) {
     if constexpr (trace_sites) {
       config.trace_path = env;
     } else {
@@ -117,7 +112,7 @@ runtime_config resolve_config(runtime_config config) {
       });
     }
   }
-  if (char const* env = std::getenv("SPINDLE_PLACEMENT"); env != nullptr) {
+  if (char const* env = env_value("SPINDLE_PLACEMENT")) {
     std::string_view const v(env);
     if (v == "global") config.placement = placement::global;
     if (v == "p2c") config.placement = placement::p2c;
@@ -157,12 +152,8 @@ void init_root(task_header* task, std::coroutine_handle<> root, promise_base* pr
 // outside a third more where the clock source is slow (measured on
 // spawn_many_remote_idle).
 std::uint32_t spawn_time_now(worker const* w) noexcept {
-  if (w != nullptr) return static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
-                           static_cast<std::uint64_t>(now.tv_nsec);
-  return static_cast<std::uint32_t>(ns >> spawn_time_shift);
+  if (w != nullptr) return spawn_time_of(w->tick_start_ns);
+  return spawn_time_of(coarse_now_ns());
 }
 
 // A root the closed gate refused: the caller's handle gets a cancelled task.

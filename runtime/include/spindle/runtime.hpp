@@ -359,11 +359,13 @@ class runtime {
   auto fold(G const& graph, F const& fold, N root, fold_policy policy);
   /// Spawns a process taking messages of type Msg from any thread; see
   /// spindle/process.hpp, which defines it (include it, or spindle.hpp).
+  /// runtime::dump() shows the process's task as spawned at `where`.
   template <class Msg, class F>
-  pid<Msg> spawn_process(F&& body, process_options opts);
+  pid<Msg> spawn_process(F&& body, process_options opts,
+                         spawn_location where = spawn_location::current());
   /// As above, with the default process_options (unbounded mailbox).
   template <class Msg, class F>
-  pid<Msg> spawn_process(F&& body);
+  pid<Msg> spawn_process(F&& body, spawn_location where = spawn_location::current());
 
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;
