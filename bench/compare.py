@@ -486,6 +486,25 @@ def gb_medians(stdout):
     return runs
 
 
+def runtime_record(runs, w, workers):
+    """bench_runtime's record of workload w: (record, None) or (None, why)."""
+    prefix = f"{GB_NAMES[w]}/{workers}"
+    if w.startswith("fib_"):
+        prefix += "/" + w.split("_")[1]
+    match = [r for n, r in runs.items() if n.startswith(prefix + "/")]
+    if not match:
+        return None, "no result"
+    if match[0].get("error_occurred"):
+        return None, match[0].get("error_message", "error")
+    return match[0], None
+
+
+def runtime_value(b, w):
+    """A bench_runtime record's time in workload w's unit (RUNTIME_WORKLOADS)."""
+    ns = b["real_time"] * TIME_UNITS[b.get("time_unit", "ns")]
+    return ns / 100_000 if w == "spawn_await" else ns / TIME_UNITS[RUNTIME_WORKLOADS[w]]
+
+
 # The spindle systems of the runtime section: name -> runtime_config::placement.
 SPINDLE_PLACEMENTS = {"spindle": "global", "spindle-p2c": "p2c"}
 
@@ -505,26 +524,14 @@ def spindle_runtime(cfg, res, workloads, system="spindle"):
                          "--benchmark_format=json"], env=env)
         runs = gb_medians(out)
         for w in timed:
-            prefix = f"{GB_NAMES[w]}/{cfg.workers}"
-            if w.startswith("fib_"):
-                prefix += "/" + w.split("_")[1]
-            match = [r for n, r in runs.items() if n.startswith(prefix + "/")]
-            if not match:
-                res.miss(w, system, "no result")
+            b, why = runtime_record(runs, w, cfg.workers)
+            if b is None:
+                res.miss(w, system, why)
                 continue
-            b = match[0]
-            if b.get("error_occurred"):
-                res.miss(w, system, b.get("error_message", "error"))
-                continue
-            ns = b["real_time"] * TIME_UNITS[b.get("time_unit", "ns")]
-            unit = RUNTIME_WORKLOADS[w]
-            if w == "spawn_await":
-                res.add(w, system, ns / 100_000, unit)
-                if "allocs_per_pair" in b:
-                    res.add("spawn_await.allocs_per_pair", system, b["allocs_per_pair"],
-                            "allocs/pair")
-            else:
-                res.add(w, system, ns / TIME_UNITS[unit], unit)
+            res.add(w, system, runtime_value(b, w), RUNTIME_WORKLOADS[w])
+            if w == "spawn_await" and "allocs_per_pair" in b:
+                res.add("spawn_await.allocs_per_pair", system, b["allocs_per_pair"],
+                        "allocs/pair")
     if "memory_per_task" in workloads:
         log(f"{system}: memory_per_task (own process)")
         _, out, _ = run([str(exe), "--benchmark_filter=^memory_per_task/",
@@ -1462,14 +1469,9 @@ def tracing_round(cfg, system, io_path, trace_path):
                      f"--benchmark_filter=^({'|'.join(names)})/", *common], env=env)
     runs = gb_medians(out)
     for w in TRACING_RUNTIME:
-        prefix = f"{GB_NAMES[w]}/{cfg.workers}"
-        if w.startswith("fib_"):
-            prefix += "/" + w.split("_")[1]
-        match = [r for n, r in runs.items() if n.startswith(prefix + "/")]
-        if match and not match[0].get("error_occurred"):
-            ns = match[0]["real_time"] * TIME_UNITS[match[0].get("time_unit", "ns")]
-            unit = RUNTIME_WORKLOADS[w]
-            values[w] = ns / 100_000 if w == "spawn_await" else ns / TIME_UNITS[unit]
+        b, _ = runtime_record(runs, w, cfg.workers)
+        if b is not None:
+            values[w] = runtime_value(b, w)
     env.update({"SPINDLE_BENCH_FILE": str(io_path), "SPINDLE_CACHED_READS": "0"})
     _, out, _ = run([str(build / "bench" / "bench_io"),
                      f"--benchmark_filter=^random_4k_uring/depth:(1|32)/workers:{cfg.workers}"
