@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <spindle/fold.hpp>
 #include <spindle/io.hpp>
@@ -477,16 +476,15 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
   app.add_flag("-s,--summarize", out.summarize, "Print only a total for each PATH");
   app.add_flag("-l,--count-links", out.count_links, "Count hard-linked files every time");
   app.add_flag("--json", out.json, "Print a JSON array of {path, bytes}");
-  std::map<std::string, options::stat_mode> const modes{{"auto", options::stat_mode::automatic},
-                                                        {"sync", options::stat_mode::sync},
-                                                        {"uring", options::stat_mode::uring}};
-  app.add_option("--stat", out.stat,
+  std::string stat_mode = "auto";
+  app.add_option("--stat", stat_mode,
                  "auto: direct statx while fast, io_uring batches once one is slow "
                  "(default); sync: always direct; uring: always io_uring batches")
-      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case))
+      ->check(CLI::IsMember({"auto", "sync", "uring"}))
+      ->option_text("auto|sync|uring")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_flag_callback(
-      "--sync-stat", [&out] { out.stat = options::stat_mode::sync; }, "The same as --stat=sync");
+  bool sync_stat = false;
+  app.add_flag("--sync-stat", sync_stat, "The same as --stat=sync");
   app.add_option("-j,--threads", out.workers, "Worker threads (default: all CPUs)")
       ->check(CLI::NonNegativeNumber)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -510,6 +508,9 @@ std::optional<int> parse_command_line(int argc, char** argv, options& out) {
         e.what());
     return 1;
   }
+  out.stat = sync_stat || stat_mode == "sync" ? options::stat_mode::sync
+             : stat_mode == "uring"           ? options::stat_mode::uring
+                                              : options::stat_mode::automatic;
   if (version) {
     std::printf("spindle-du %s\n", SPINDLE_DU_VERSION);
     return 0;
