@@ -126,7 +126,7 @@ void join_detach(task_header* task) noexcept {
     // remains until the task completes, so this one is never the last, and
     // completion reports an exception nobody can take any more.
     if (worker* w = this_thread_context().self;
-        w != nullptr && !task->listed && w->lifo_slot.load(std::memory_order_relaxed) == task) {
+        w != nullptr && w->lifo_slot.load(std::memory_order_relaxed) == task) {
       // Spawned by this worker and never polled: once it is out of the LIFO
       // slot (where only a rescue of a stalled worker could take it,
       // scheduler_core::rescue_lifo) nobody else can reach the task
@@ -137,12 +137,18 @@ void join_detach(task_header* task) noexcept {
       // complete it (scheduler::poll_held), so a task woken into the LIFO
       // slot, which a waker, a timer, I/O or an abort from another thread
       // can reach, always takes the CAS below.
+      // `listed` is read only once the task is out of the slot: before
+      // that, a rescue may take it and its poll write the same byte
+      // (TSan: join_detach's read against owned_tasks::link_locked).
       task_header* expected = task;
       if (w->lifo_slot.compare_exchange_strong(expected, nullptr, std::memory_order_acquire,
                                                std::memory_order_relaxed)) {
-        task->state.store((s & ~task_state::join_bits) - sb::ref_one, std::memory_order_relaxed);
+        bool const never_polled = !task->listed;
+        if (never_polled) {
+          task->state.store((s & ~task_state::join_bits) - sb::ref_one, std::memory_order_relaxed);
+        }
         w->lifo_slot.store(task, std::memory_order_release);
-        return;
+        if (never_polled) return;
       }
     }
     if (task_state::drop_join_if_running(task, s)) return;
