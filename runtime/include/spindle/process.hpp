@@ -289,7 +289,7 @@ struct process_block : process_base {
     if (head != &stub) delete static_cast<mailbox_node<Msg>*>(head);
     head = next;
     took();
-    if (process_extras* e = extras.load(std::memory_order_relaxed); e != nullptr && e->room)
+    if (process_extras* e = extras.load(std::memory_order_acquire); e != nullptr && e->room)
       e->room->release(1);
     return out;
   }
@@ -553,7 +553,7 @@ bool send(pid<Msg> const& to, std::type_identity_t<Msg> msg) {
   if (base == nullptr) return false;
   auto* b = static_cast<detail::process_block<Msg>*>(base);
   bool ok = true;
-  detail::process_extras* e = b->extras.load(std::memory_order_relaxed);
+  detail::process_extras* e = b->extras.load(std::memory_order_acquire);
   if (e != nullptr && e->room && !e->room->try_acquire(1)) {
     ok = false;
   } else {
@@ -579,7 +579,7 @@ SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, std::type_identity
     ~release_guard() { detail::pid_release(v); }
   } guard{to.value()};
   auto* b = static_cast<detail::process_block<Msg>*>(base);
-  detail::process_extras* e = b->extras.load(std::memory_order_relaxed);
+  detail::process_extras* e = b->extras.load(std::memory_order_acquire);
   if (e != nullptr && e->room) co_await e->room->acquire(1);
   if (b->finished.load(std::memory_order_acquire)) co_return false;
   b->push(std::move(msg));
