@@ -7,6 +7,11 @@
 // stall 10 µs); bench/peers/tokio runs the same ones on Tokio for
 // bench/compare.py.
 //
+// The *_batch variants of spawn_many_* spawn the same 10,000 tasks with one
+// spawn_batch call (seed 000): one queue operation and one wake instead of
+// 10,000. The runtime reads SPINDLE_PLACEMENT=global|p2c (runtime_config::
+// placement), which bench/compare.py sets to report both placements.
+//
 // Worker counts: 1 and 2, or only N when SPINDLE_BENCH_WORKERS=N.
 //
 // This binary replaces the global operator new/delete with counting versions
@@ -186,6 +191,28 @@ void spawn_many_local(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * num_spawn);
 }
 
+// spawn_many_local_batch: the same 10,000 tasks with one spindle::spawn_batch.
+task<void> spawn_detached_batch(int n, std::atomic<int>* remaining, done_signal* done) {
+  std::vector<task<void>> tasks;
+  tasks.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    tasks.push_back(count_down(remaining, done));
+  static_cast<void>(spindle::spawn_batch(tasks));
+  co_return;
+}
+
+void spawn_many_local_batch(benchmark::State& state) {
+  runtime rt{{.workers = workers_arg(state)}};
+  done_signal done;
+  for (auto _ : state) {
+    std::atomic<int> remaining{num_spawn};
+    done.reset();
+    static_cast<void>(rt.spawn(spawn_detached_batch(num_spawn, &remaining, &done)));
+    done.wait();
+  }
+  state.SetItemsProcessed(state.iterations() * num_spawn);
+}
+
 // spawn_many_remote_idle: 10,000 spawns from a non-worker thread, then join
 // all. spawn_many_remote_busy: the same while 2 x workers tasks loop over
 // yield_now + a 10 µs stall.
@@ -198,13 +225,23 @@ task<void> join_all(std::vector<join_handle<void>>* handles) {
     co_await h;
 }
 
-void spawn_many_remote(benchmark::State& state, runtime& rt) {
+// `batch`: the 10,000 with one runtime::spawn_batch.
+void spawn_many_remote(benchmark::State& state, runtime& rt, bool batch = false) {
   std::vector<join_handle<void>> handles;
   handles.reserve(num_spawn);
+  std::vector<task<void>> tasks;
+  tasks.reserve(num_spawn);
   done_signal done;
   for (auto _ : state) {
-    for (int i = 0; i < num_spawn; ++i)
-      handles.push_back(rt.spawn(nothing()));
+    if (batch) {
+      for (int i = 0; i < num_spawn; ++i)
+        tasks.push_back(nothing());
+      handles = rt.spawn_batch(tasks);
+      tasks.clear();
+    } else {
+      for (int i = 0; i < num_spawn; ++i)
+        handles.push_back(rt.spawn(nothing()));
+    }
     // The joins run in a task on the workers; this thread only waits.
     run_and_wait(rt, join_all(&handles), done);
     handles.clear();
@@ -215,6 +252,11 @@ void spawn_many_remote(benchmark::State& state, runtime& rt) {
 void spawn_many_remote_idle(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
   spawn_many_remote(state, rt);
+}
+
+void spawn_many_remote_idle_batch(benchmark::State& state) {
+  runtime rt{{.workers = workers_arg(state)}};
+  spawn_many_remote(state, rt, true);
 }
 
 void stall() {
@@ -230,15 +272,23 @@ task<void> busy(std::atomic<bool>* keep_going) {
   }
 }
 
-void spawn_many_remote_busy(benchmark::State& state) {
+void spawn_many_remote_busy_with(benchmark::State& state, bool batch) {
   runtime rt{{.workers = workers_arg(state)}};
   std::atomic<bool> keep_going{true};
   std::vector<join_handle<void>> busy_tasks;
   for (std::size_t i = 0; i < 2 * workers_arg(state); ++i)
     busy_tasks.push_back(rt.spawn(busy(&keep_going)));
-  spawn_many_remote(state, rt);
+  spawn_many_remote(state, rt, batch);
   keep_going.store(false, std::memory_order_relaxed);
   rt.block_on(join_all(&busy_tasks));
+}
+
+void spawn_many_remote_busy(benchmark::State& state) {
+  spawn_many_remote_busy_with(state, false);
+}
+
+void spawn_many_remote_busy_batch(benchmark::State& state) {
+  spawn_many_remote_busy_with(state, true);
 }
 
 // yield_many: 200 tasks x 1,000 yield_now.
@@ -467,6 +517,9 @@ void register_all() {
       {"spawn_many_local", spawn_many_local, benchmark::kMicrosecond},
       {"spawn_many_remote_idle", spawn_many_remote_idle, benchmark::kMicrosecond},
       {"spawn_many_remote_busy", spawn_many_remote_busy, benchmark::kMicrosecond},
+      {"spawn_many_local_batch", spawn_many_local_batch, benchmark::kMicrosecond},
+      {"spawn_many_remote_idle_batch", spawn_many_remote_idle_batch, benchmark::kMicrosecond},
+      {"spawn_many_remote_busy_batch", spawn_many_remote_busy_batch, benchmark::kMicrosecond},
       {"yield_many", yield_many, benchmark::kMillisecond},
       {"ping_pong", ping_pong, benchmark::kMicrosecond},
       {"chained_spawn", chained_spawn, benchmark::kMicrosecond},

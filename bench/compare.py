@@ -11,7 +11,11 @@ every workload on every system with the same worker count (default 2):
   runtime  spawn_many_local, spawn_many_remote_idle, spawn_many_remote_busy,
            yield_many, ping_pong, chained_spawn, spawn_await, fib_30, fib_35,
            memory_per_task (spindle, Tokio, oneTBB, Boost.Asio; each peer
-           the workloads it can express)
+           the workloads it can express); spindle runs them with
+           placement::global (`spindle`, the default) and again with
+           placement::p2c (`spindle-p2c`, SPINDLE_PLACEMENT=p2c), and the
+           spawn_many_*_batch variants (the same spawns with one
+           spawn_batch call) on both
   io       4 KiB random reads at queue depth 1 and 32, 128 KiB sequential
            reads at depth 8, warm (page cache) and cold (the file dropped
            from the cache with posix_fadvise where the kernel allows it):
@@ -190,6 +194,9 @@ RUNTIME_WORKLOADS = {
     "spawn_many_local": "us",
     "spawn_many_remote_idle": "us",
     "spawn_many_remote_busy": "us",
+    "spawn_many_local_batch": "us",
+    "spawn_many_remote_idle_batch": "us",
+    "spawn_many_remote_busy_batch": "us",
     "yield_many": "ms",
     "ping_pong": "us",
     "chained_spawn": "us",
@@ -199,7 +206,8 @@ RUNTIME_WORKLOADS = {
     "memory_per_task": "bytes/task",
 }
 PEER_WORKLOADS = {
-    "tokio": list(RUNTIME_WORKLOADS),
+    # The *_batch workloads are spindle's spawn_batch alone (no peer has one).
+    "tokio": [w for w in RUNTIME_WORKLOADS if not w.endswith("_batch")],
     "onetbb": ["spawn_many_local", "spawn_many_remote_idle", "chained_spawn", "spawn_await",
                "fib_30", "fib_35"],
     "boost-asio": ["spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy",
@@ -497,13 +505,18 @@ def runtime_value(b, w):
     return ns / 100_000 if w == "spawn_await" else ns / TIME_UNITS[RUNTIME_WORKLOADS[w]]
 
 
-def spindle_runtime(cfg, res, workloads):
+# The spindle systems of the runtime section: name -> runtime_config::placement.
+SPINDLE_PLACEMENTS = {"spindle": "global", "spindle-p2c": "p2c"}
+
+
+def spindle_runtime(cfg, res, workloads, system="spindle"):
     exe = BUILD / "bench" / "bench_runtime"
-    env = {"SPINDLE_BENCH_WORKERS": str(cfg.workers)}
+    env = {"SPINDLE_BENCH_WORKERS": str(cfg.workers),
+           "SPINDLE_PLACEMENT": SPINDLE_PLACEMENTS[system]}
     timed = [w for w in workloads if w != "memory_per_task"]
     names = sorted({GB_NAMES[w] for w in timed})
     if names:
-        log(f"spindle: {', '.join(timed)}")
+        log(f"{system}: {', '.join(timed)}")
         _, out, _ = run([str(exe), f"--benchmark_filter=^({'|'.join(names)})/",
                          f"--benchmark_repetitions={cfg.reps}",
                          f"--benchmark_min_time={cfg.min_time}",
@@ -513,22 +526,59 @@ def spindle_runtime(cfg, res, workloads):
         for w in timed:
             b, why = runtime_record(runs, w, cfg.workers)
             if b is None:
-                res.miss(w, "spindle", why)
+                res.miss(w, system, why)
                 continue
-            res.add(w, "spindle", runtime_value(b, w), RUNTIME_WORKLOADS[w])
+            res.add(w, system, runtime_value(b, w), RUNTIME_WORKLOADS[w])
             if w == "spawn_await" and "allocs_per_pair" in b:
-                res.add("spawn_await.allocs_per_pair", "spindle", b["allocs_per_pair"],
+                res.add("spawn_await.allocs_per_pair", system, b["allocs_per_pair"],
                         "allocs/pair")
     if "memory_per_task" in workloads:
-        log("spindle: memory_per_task (own process)")
+        log(f"{system}: memory_per_task (own process)")
         _, out, _ = run([str(exe), "--benchmark_filter=^memory_per_task/",
                          "--benchmark_format=json"], env=env)
         runs = gb_medians(out)
         match = [r for n, r in runs.items() if n.startswith(f"memory_per_task/{cfg.workers}/")]
         if match and "bytes_per_task" in match[0]:
-            res.add("memory_per_task", "spindle", match[0]["bytes_per_task"], "bytes/task")
+            res.add("memory_per_task", system, match[0]["bytes_per_task"], "bytes/task")
         else:
-            res.miss("memory_per_task", "spindle", "no result")
+            res.miss("memory_per_task", system, "no result")
+
+
+# Placement and batch targets (issue 19): (label, workload, numerator
+# system, denominator system, largest cost ratio that meets it).
+PLACEMENT_TARGETS = [
+    ("p2c vs global, remote_idle", "spawn_many_remote_idle", "spindle-p2c", "spindle", 1 / 1.3),
+    ("p2c vs global, remote_busy", "spawn_many_remote_busy", "spindle-p2c", "spindle", 1 / 1.3),
+    ("p2c vs Tokio, remote_idle", "spawn_many_remote_idle", "spindle-p2c", "tokio", 0.3),
+    ("p2c vs Tokio, remote_busy", "spawn_many_remote_busy", "spindle-p2c", "tokio", 0.3),
+]
+
+
+def placement_checks(res):
+    """The placement targets, then what spawn_batch saves: each
+    spawn_many_*_batch against its one-by-one workload, per placement."""
+    lines = []
+    for label, workload, num, den, bound in PLACEMENT_TARGETS:
+        nv, unit = res.value(workload, num)
+        dv, _ = res.value(workload, den)
+        target = f"target <= {bound:.2f}x cost"
+        if nv is None or dv is None:
+            lines.append(f"{label}: {num} {fmt(nv)} vs {den} {fmt(dv)}: not measured ({target})")
+            continue
+        ratio = nv / dv
+        verdict = "met" if ratio <= bound else "NOT met"
+        lines.append(f"{label}: {num} {fmt(nv)} {unit} vs {den} {fmt(dv)} {unit}: {verdict} "
+                     f"({ratio:.2f}x cost, {dv / nv:.2f}x faster; {target})")
+    for system in SPINDLE_PLACEMENTS:
+        for one in ("spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy"):
+            bv, unit = res.value(one + "_batch", system)
+            ov, _ = res.value(one, system)
+            if bv is None or ov is None:
+                lines.append(f"spawn_batch, {one} ({system}): not measured")
+                continue
+            lines.append(f"spawn_batch, {one} ({system}): {fmt(bv)} {unit} batched vs "
+                         f"{fmt(ov)} {unit} one by one ({ov / bv:.2f}x faster)")
+    return lines
 
 
 def peer_runtime(cfg, res, system, exe, workloads):
@@ -1251,9 +1301,9 @@ def net(cfg, res, status, out_dir):
 # --------------------------------------------------------------------------
 # Output
 
-SYSTEM_ORDER = ["spindle", "spindle-task", "spindle-fold-pool", "spindle-spawn", "spindle-sync-stat",
-                "spindle-uring-stat", "spindle-no-trace-sites", "spindle-traced",
-                "sequential",
+SYSTEM_ORDER = ["spindle", "spindle-p2c", "spindle-task", "spindle-fold-pool", "spindle-spawn",
+                "spindle-sync-stat", "spindle-uring-stat", "spindle-no-trace-sites",
+                "spindle-traced", "sequential",
                 "tokio", "onetbb", "openmp", "gnu-du", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
                 "spindle-ring-only", "spindle-pool-only",
@@ -1749,7 +1799,10 @@ def main():
         workloads = [w for w in RUNTIME_WORKLOADS if not (cfg.quick and w == "fib_35")]
         if cfg.quick:
             res.notes.append("--quick: fib_35 skipped")
-        spindle_runtime(cfg, res, workloads)
+        for system in SPINDLE_PLACEMENTS:
+            # memory_per_task spawns from a worker: the placement plays no part.
+            spindle_runtime(cfg, res, [w for w in workloads if system == "spindle"
+                                       or w != "memory_per_task"], system)
         for system, exe in peers.items():
             if exe is None:
                 for w in workloads:
@@ -1779,6 +1832,8 @@ def main():
         status["grep"] = "found" if shutil.which("grep") else "not installed"
         scan(cfg, res)
     checks = []
+    if "runtime" in sections:
+        checks += placement_checks(res)
     if "fiber" in sections:
         boost_fiber = build_cxx_peer("boost-fiber", "bench/peers/boost_fiber_peer", status)
         go = build_go(status)

@@ -2,7 +2,8 @@
 // show what they wait on and where they were spawned; queued tasks (listed
 // at a remote spawn, or only in a worker's queues) are reported; a dump
 // taken from inside a task; a worker stuck in a poll is named, not waited
-// for; dumps taken while the workers are busy; the JSON parses.
+// for; processes are named by the line that spawned them; dumps taken while
+// the workers are busy; the JSON parses.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "runtime_test_support.hpp"
 #include "spindle/channel.hpp"
 #include "spindle/io.hpp"
+#include "spindle/process.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/time.hpp"
 
@@ -234,6 +236,63 @@ TEST(Dump, AWorkerStuckInAPollIsNamedAndItsRemoteSpawnsAreQueued) {
   // Free again: the next dump gets its answer.
   runtime_dump const after = rt.dump(10s);
   EXPECT_TRUE(after.unanswered_workers.empty()) << after;
+}
+
+namespace {
+
+// A process that waits for one message.
+task<void> receive_one(spindle::process_context<int>& ctx) {
+  (void)co_await ctx.receive();
+}
+
+auto const receive_one_body = [](spindle::process_context<int>& ctx) { return receive_one(ctx); };
+
+// spindle::spawn_process from inside a task (on the block_on thread).
+task<spindle::pid<int>> spawn_process_inside(std::uint32_t* line) {
+  spindle::pid<int> p = spindle::spawn_process<int>(receive_one_body);
+  *line = __LINE__ - 1;
+  co_return p;
+}
+
+}  // namespace
+
+TEST(Dump, ProcessesAreNamedByTheLineThatSpawnedThem) {
+  runtime rt{runtime_config{.workers = 2}};
+  spindle::process_options const bounded_mailbox{.mailbox_capacity = 4};
+  spindle::pid<int> const plain = rt.spawn_process<int>(receive_one_body);
+  std::uint32_t const plain_line = __LINE__ - 1;
+  spindle::pid<int> const bounded = rt.spawn_process<int>(receive_one_body, bounded_mailbox);
+  std::uint32_t const bounded_line = __LINE__ - 1;
+  std::uint32_t inside_line = 0;
+  spindle::pid<int> const inside = rt.block_on(spawn_process_inside(&inside_line));
+
+  runtime_dump d;
+  auto settled = [&] {
+    d = rt.dump(10s);
+    for (std::uint32_t const line : {plain_line, bounded_line, inside_line}) {
+      task_snapshot const* t = find_line(d, line);
+      if (t == nullptr || t->state != task_run_state::suspended) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(spindle_test::wait_until(settled, 20s)) << d;
+  EXPECT_EQ(d.tasks.size(), 3u) << d;
+  check_unique_ids(d);
+  check_json(d);
+  std::ostringstream text;
+  text << d;
+  for (std::uint32_t const line : {plain_line, bounded_line, inside_line}) {
+    EXPECT_NE(text.str().find("test_dump.cpp:" + std::to_string(line)), std::string::npos)
+        << text.str();
+  }
+
+  // One message each ends them.
+  for (spindle::pid<int> const p : {plain, bounded, inside}) {
+    ASSERT_TRUE(spindle::send(p, 1));
+    rt.block_on(spindle::monitor(p));
+  }
+  runtime_dump const after = rt.dump(10s);
+  EXPECT_TRUE(after.tasks.empty()) << after;
 }
 
 namespace {

@@ -77,7 +77,9 @@ class watchdog {
   std::thread thread_;
 };
 
+using spindle_test::errno_of;
 using spindle_test::uring_available;
+using spindle_test::write_plain;
 
 std::byte pattern(std::uint64_t pos) {
   return static_cast<std::byte>((pos * 2654435761u) >> 13);
@@ -96,48 +98,9 @@ std::vector<std::byte> bytes_of(std::string_view s) {
   return v;
 }
 
-void write_plain(fs::path const& path, std::vector<std::byte> const& data) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr) << path;
-  if (!data.empty()) {
-    ASSERT_EQ(std::fwrite(data.data(), 1, data.size(), f), data.size());
-  }
-  std::fclose(f);
-}
-
-/// Runs `t` and returns the errno of the std::system_error it throws (0 if
-/// it completes). Any other exception fails the test.
-template <class T>
-task<int> errno_of(task<T> t) {
-  int code = 0;
-  try {
-    co_await std::move(t);
-  } catch (std::system_error const& e) {
-    EXPECT_EQ(&e.code().category(), &std::system_category()) << e.what();
-    code = e.code().value();
-  }
-  co_return code;
-}
-
-class FileTest : public ::testing::TestWithParam<io_backend> {
+class FileTest : public spindle_test::backend_dir_test {
  protected:
-  void SetUp() override {
-    if (GetParam() == io_backend::uring && !uring_available()) {
-      GTEST_SKIP() << "io_uring cannot be set up here";
-    }
-    char tmpl[] = "/tmp/spindle-test-file-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-  }
-  runtime_config config() const { return runtime_config{.workers = 2, .io = GetParam()}; }
-
-  fs::path dir_;
+  FileTest() : backend_dir_test("file") {}
 };
 
 // --- open / read_at / write_at / stat / close / read_file -------------------
@@ -1356,12 +1319,6 @@ TEST_P(FileTest, AbortedOpenClosesTheDescriptorItProduced) {
   EXPECT_EQ(open_fd_count(), fds_before);
 }
 
-std::string backend_name(::testing::TestParamInfo<io_backend> const& info) {
-  return info.param == io_backend::uring ? "uring" : "threadpool";
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, FileTest,
-                         ::testing::Values(io_backend::uring, io_backend::threadpool),
-                         backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, FileTest, spindle_test::backends(), spindle_test::backend_name);
 
 }  // namespace

@@ -199,8 +199,32 @@ TEST(IdleState, NotifiersClaimEveryParkedWorkerAcrossBitmapWords) {
     EXPECT_FALSE(idle.is_parked(i));
 }
 
+TEST(IdleState, InboxClaimsKeepTheSearcherBound) {
+  // placement::p2c's claim of the worker whose inbox got a task: always
+  // claimed, counted searching only below the bound (half the workers).
+  idle_state idle(4);
+  ASSERT_TRUE(idle.transition_worker_to_searching());
+  ASSERT_TRUE(idle.transition_worker_to_searching());
+  EXPECT_FALSE(idle.transition_worker_to_parked(2, false));
+  EXPECT_FALSE(idle.transition_worker_to_parked(3, false));
+  EXPECT_EQ(idle.worker_to_notify(), not_a_worker) << "searchers are out";
+  EXPECT_EQ(idle.worker_to_notify_preferring(3), 3u);
+  EXPECT_FALSE(idle.is_parked(3));
+  EXPECT_EQ(idle.num_unparked(), 3u);
+  EXPECT_EQ(idle.num_searching(), 2u) << "at the bound: counted unparked only";
+  EXPECT_FALSE(idle.claimed_as_searcher(3));
+  EXPECT_TRUE(idle.claimed_as_searcher(3)) << "the record is cleared";
+  (void)idle.transition_worker_from_searching();
+  EXPECT_EQ(idle.worker_to_notify_preferring(2), 2u);
+  EXPECT_EQ(idle.num_searching(), 2u) << "below the bound: counted searching";
+  EXPECT_EQ(idle.num_unparked(), 4u);
+  EXPECT_TRUE(idle.claimed_as_searcher(2));
+  // Nobody parked: nobody claimed, the preferred or another.
+  EXPECT_EQ(idle.worker_to_notify_preferring(1), not_a_worker);
+}
+
 // Workers park and wake concurrently (by themselves or claimed by
-// notifiers). Whatever the interleaving, the counters return to "all
+// notifiers, global and inbox ones). Whatever the interleaving, the counters return to "all
 // unparked, none searching" once everybody is awake and done searching.
 TEST(IdleState, ConcurrentParkAndNotifyKeepCountersConsistent) {
   constexpr std::size_t workers = 8;
@@ -222,12 +246,17 @@ TEST(IdleState, ConcurrentParkAndNotifyKeepCountersConsistent) {
         if (rng() % 2 == 0) std::this_thread::yield();
         if (idle.unpark_worker_by_id(w)) {
           self_wakes.fetch_add(1);
-        } else {
+        } else if (idle.claimed_as_searcher(w)) {
           // A notifier claimed us and counted us searching.
           claimed_wakes.fetch_add(1);
           if (idle.num_searching() == 0) errors.fetch_add(1);
           (void)idle.transition_worker_from_searching();
+        } else {
+          claimed_wakes.fetch_add(1);  // an inbox claim beyond the bound
         }
+        // Never more searchers than half the workers (rounded up), claims
+        // included.
+        if (idle.num_searching() > (workers + 1) / 2) errors.fetch_add(1);
       }
     });
   }
@@ -237,10 +266,19 @@ TEST(IdleState, ConcurrentParkAndNotifyKeepCountersConsistent) {
       std::this_thread::yield();
     }
   });
+  // placement::p2c's claims of a preferred worker.
+  std::thread inbox_notifier([&] {
+    std::mt19937 rng(99);
+    while (!stop.load()) {
+      if (idle.worker_to_notify_preferring(rng() % workers) != not_a_worker) claims.fetch_add(1);
+      std::this_thread::yield();
+    }
+  });
   for (auto& t : threads)
     t.join();
   stop.store(true);
   notifier.join();
+  inbox_notifier.join();
 
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(claims.load(), claimed_wakes.load());

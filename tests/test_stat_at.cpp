@@ -9,8 +9,6 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -27,34 +25,17 @@ namespace {
 
 using spindle::io_backend;
 using spindle::runtime;
-using spindle::runtime_config;
 using spindle::task;
 using spindle::io::file;
 using spindle::io::file_status;
 using spindle::io::stat_at;
 namespace fs = std::filesystem;
 
-void write_bytes(fs::path const& path, std::size_t n) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr) << path;
-  std::string const data(n, 'x');
-  if (n != 0) {
-    ASSERT_EQ(std::fwrite(data.data(), 1, n, f), n);
-  }
-  std::fclose(f);
-}
+using spindle_test::errno_of;
 
-/// The errno of the std::system_error `t` throws (0 if it completes).
-template <class T>
-task<int> errno_of(task<T> t) {
-  int code = 0;
-  try {
-    co_await std::move(t);
-  } catch (std::system_error const& e) {
-    EXPECT_EQ(&e.code().category(), &std::system_category()) << e.what();
-    code = e.code().value();
-  }
-  co_return code;
+/// Writes `n` bytes ('x') to `path`.
+void write_bytes(fs::path const& path, std::size_t n) {
+  spindle_test::write_plain(path, std::vector<std::byte>(n, std::byte{'x'}));
 }
 
 /// Checks `st` against a direct statx of (dir_fd, path, flags).
@@ -71,25 +52,9 @@ void expect_same_as_statx(file_status const& st, int dir_fd, char const* path, i
   EXPECT_EQ(st.blocks, stx.stx_blocks) << path;
 }
 
-class StatAtTest : public ::testing::TestWithParam<io_backend> {
+class StatAtTest : public spindle_test::backend_dir_test {
  protected:
-  void SetUp() override {
-    if (GetParam() == io_backend::uring && !spindle_test::uring_available()) {
-      GTEST_SKIP() << "io_uring cannot be set up here";
-    }
-    char tmpl[] = "/tmp/spindle-test-stat-at-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-  }
-  runtime_config config() const { return runtime_config{.workers = 2, .io = GetParam()}; }
-
-  fs::path dir_;
+  StatAtTest() : backend_dir_test("stat-at") {}
 };
 
 task<void> stat_kinds(fs::path dir) {
@@ -244,12 +209,7 @@ TEST_P(StatAtTest, ThousandConcurrentStatsOfTemporaryNames) {
   }
 }
 
-std::string backend_name(::testing::TestParamInfo<io_backend> const& info) {
-  return info.param == io_backend::uring ? "uring" : "threadpool";
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, StatAtTest,
-                         ::testing::Values(io_backend::uring, io_backend::threadpool),
-                         backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, StatAtTest, spindle_test::backends(),
+                         spindle_test::backend_name);
 
 }  // namespace

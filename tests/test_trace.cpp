@@ -211,6 +211,62 @@ task<void> yielder(int n) {
 
 }  // namespace
 
+namespace {
+
+task<void> bump(std::atomic<int>* n) {
+  n->fetch_add(1, std::memory_order_relaxed);
+  co_return;
+}
+
+// One long poll on one worker until `until` bumps ran (or 20 s passed).
+task<void> hog(std::atomic<std::size_t>* worker, std::atomic<int>* ran, int until) {
+  worker->store(spindle::detail::current_worker_index(), std::memory_order_release);
+  auto const give_up = std::chrono::steady_clock::now() + 20s;
+  while (ran->load(std::memory_order_acquire) < until &&
+         std::chrono::steady_clock::now() < give_up) {
+  }
+  co_return;
+}
+
+}  // namespace
+
+// placement::p2c: tasks placed in the inbox of a worker stuck in a long poll
+// are taken by the other worker, and the trace shows those steals (victim:
+// the busy worker) as it shows steals from a ring.
+TEST_F(TraceTest, StealsFromAnInboxAreTraced) {
+  fs::path const trace = dir_ / "inbox.json";
+  std::size_t busy = 0;
+  {
+    runtime rt{runtime_config{
+        .workers = 2, .trace_path = trace.string(), .placement = spindle::placement::p2c}};
+    if (rt.config().placement != spindle::placement::p2c) {
+      GTEST_SKIP() << "SPINDLE_PLACEMENT overrides the placement";
+    }
+    int const n = 500;
+    std::atomic<std::size_t> worker{static_cast<std::size_t>(-1)};
+    std::atomic<int> ran{0};
+    auto h = rt.spawn(hog(&worker, &ran, n));
+    ASSERT_TRUE(spindle_test::wait_until(
+        [&] { return worker.load(std::memory_order_acquire) != static_cast<std::size_t>(-1); }));
+    busy = worker.load();
+    std::vector<join_handle<void>> bumps;
+    for (int i = 0; i < n; ++i)
+      bumps.push_back(rt.spawn(bump(&ran)));
+    spindle_test::wait_and_take(h);
+    EXPECT_EQ(ran.load(), n) << "tasks were stranded behind the busy worker";
+    for (auto& b : bumps)
+      spindle_test::wait_and_take(b);
+  }
+  summary const s = summarize(load(trace), 2);
+  ASSERT_TRUE(s.by_name.count("steal")) << "no steal traced";
+  bool from_busy = false;
+  for (auto const& e : s.by_name.at("steal")) {
+    EXPECT_GE(e.at("args").at("tasks").get<int>(), 1);
+    if (e.at("args").at("victim").get<std::size_t>() == busy) from_busy = true;
+  }
+  EXPECT_TRUE(from_busy) << "no steal from the busy worker's inbox traced";
+}
+
 TEST_F(TraceTest, ASmallRingKeepsTheNewestEventsAndCountsTheRest) {
   fs::path const trace = dir_ / "small.json";
   {

@@ -214,15 +214,27 @@ task<file_status> file::stat() {
   co_return status_of(stx);
 }
 
+namespace {
+
+/// The op every stat_at awaits: statx(dir_fd, path, flags, STATX_BASIC_STATS,
+/// &stx), yielding 0 or -errno. `path` and `stx` must stay in the awaiting
+/// frame until the op completes (the stat_at coroutines' parameter and local).
+op_awaiter statx_at_op(int dir_fd, std::filesystem::path const& path, int flags,
+                       struct statx& stx) noexcept {
+  return op_awaiter{{},
+                    io_op{.code = op_code::statx_at,
+                          .dir_fd = dir_fd,
+                          .flags = flags,
+                          .path = path.c_str(),
+                          .buffer = &stx,
+                          .length = STATX_BASIC_STATS}};  // io_op::statx_mask()
+}
+
+}  // namespace
+
 task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags) {
   struct statx stx {};
-  int const r = co_await op_awaiter{{},
-                                    io_op{.code = op_code::statx_at,
-                                          .dir_fd = dir_fd,
-                                          .flags = flags,
-                                          .path = path.c_str(),
-                                          .buffer = &stx,
-                                          .length = STATX_BASIC_STATS}};
+  int const r = co_await statx_at_op(dir_fd, path, flags, stx);
   if (r < 0) throw_errno(-r, "spindle::io::stat_at", path);
   co_return status_of(stx);
 }
@@ -235,13 +247,7 @@ task<file_status> stat_at(file const& dir, std::filesystem::path path, int flags
 
 task<file_status> stat_at(int dir_fd, std::filesystem::path path, int flags, std::error_code& ec) {
   struct statx stx {};
-  int const r = co_await op_awaiter{{},
-                                    io_op{.code = op_code::statx_at,
-                                          .dir_fd = dir_fd,
-                                          .flags = flags,
-                                          .path = path.c_str(),
-                                          .buffer = &stx,
-                                          .length = STATX_BASIC_STATS}};
+  int const r = co_await statx_at_op(dir_fd, path, flags, stx);
   if (r < 0) {
     ec.assign(-r, std::system_category());
     co_return file_status{};

@@ -74,7 +74,7 @@ enum class op_code : std::uint8_t {
   /// revents (POLLERR/POLLHUP included). io_uring: IORING_OP_POLL_ADD; the
   /// thread pool: its epoll reactor.
   poll,
-  /// statx(dir_fd, path, flags, mask = length, buffer = struct statx*);
+  /// statx(dir_fd, path, flags, statx_mask(), buffer = struct statx*);
   /// result: 0. `path` and the buffer live in the awaiting frame until the
   /// completion (kernels of 5.x+ copy the path when they take the SQE, but
   /// nothing relies on that).
@@ -152,7 +152,7 @@ struct io_op {
   ::mode_t mode = 0;              ///< openat mode
   char const* path = nullptr;     ///< openat, statx_at path
   void* buffer = nullptr;         ///< read/write buffer, statx/statx_at: struct statx*
-  std::uint32_t length = 0;       ///< read/write bytes (<= max_rw_count); statx_at: STATX_* mask
+  std::uint32_t length = 0;       ///< read/write bytes (<= max_rw_count); statx_at: statx_mask()
   std::uint64_t offset = 0;       ///< read/write file offset
   void* addr = nullptr;           ///< accept: sockaddr out; connect: sockaddr in
   socklen_t* addr_len = nullptr;  ///< accept: in/out length of *addr
@@ -186,6 +186,11 @@ struct io_op {
   io_op* prev = nullptr;
   io_op* cancel_next = nullptr;  ///< uring: a worker's list of cancellation requests
   io_op* cancel_prev = nullptr;
+
+  /// statx_at: the STATX_* mask of the fields asked for. Kept in `length`
+  /// (statx_at has no byte count), so that io_op does not grow: set it with
+  /// `.length = mask`.
+  [[nodiscard]] std::uint32_t statx_mask() const noexcept { return length; }
 };
 
 }  // namespace spindle::detail

@@ -12,12 +12,12 @@
 #include "make_driver.hpp"
 
 #include <cerrno>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
 
+#include "env.hpp"
 #include "spindle/runtime.hpp"
 #include "threadpool_driver.hpp"
 #include "uring_driver.hpp"
@@ -28,8 +28,7 @@ std::unique_ptr<spindle::detail::driver> make_driver(spindle::detail::io_host& h
                                                      runtime_config const& config) {
   io_backend wanted = config.io;
   if (wanted == io_backend::automatic) {
-    char const* env = std::getenv("SPINDLE_IO");
-    if (env != nullptr && *env != '\0') {
+    if (char const* env = spindle::detail::env_value("SPINDLE_IO")) {
       std::string_view const value{env};
       if (value == "uring") {
         wanted = io_backend::uring;

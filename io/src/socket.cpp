@@ -23,7 +23,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -32,6 +31,7 @@
 #include <system_error>
 #include <utility>
 
+#include "env.hpp"
 #include "io_op.hpp"
 #include "spindle/net.hpp"
 #include "spindle/runtime.hpp"
@@ -146,10 +146,7 @@ task<int> accept_single(int listen_fd, bool ring) {
 /// SPINDLE_NET_MULTISHOT=0 turns multishot ACCEPT off (every accept() is
 /// one single-shot SQE), for comparing the two.
 bool multishot_allowed() noexcept {
-  static bool const allowed = [] {
-    char const* env = std::getenv("SPINDLE_NET_MULTISHOT");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static bool const allowed = spindle::detail::env_switch_on("SPINDLE_NET_MULTISHOT");
   return allowed;
 }
 

@@ -185,7 +185,8 @@ int threadpool_driver::execute(io_op& op, int wake_fd) noexcept {
                   static_cast<struct statx*>(op.buffer));
       break;
     case op_code::statx_at:
-      r = ::statx(op.dir_fd, op.path, op.flags, op.length, static_cast<struct statx*>(op.buffer));
+      r = ::statx(op.dir_fd, op.path, op.flags, op.statx_mask(),
+                  static_cast<struct statx*>(op.buffer));
       break;
     case op_code::read:
       do {

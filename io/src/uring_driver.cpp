@@ -20,6 +20,7 @@
 #include <system_error>
 #include <utility>
 
+#include "env.hpp"
 #include "spindle/runtime.hpp"
 
 namespace spindle::io::detail {
@@ -30,6 +31,17 @@ namespace {
 constexpr std::uint64_t wake_tag = 1;
 /// user_data of async-cancel requests; their completions are ignored.
 constexpr std::uint64_t cancel_tag = 2;
+
+/// Makes `sqe` the IORING_OP_ASYNC_CANCEL of `op`'s SQE, or a no-op when
+/// `op` is null (nothing left to cancel); either way tagged cancel_tag.
+void prep_cancel_of(io_uring_sqe* sqe, io_op const* op) noexcept {
+  if (op == nullptr) {
+    io_uring_prep_nop(sqe);
+  } else {
+    io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(op), 0);
+  }
+  io_uring_sqe_set_data64(sqe, cancel_tag);
+}
 
 /// How long on_worker_stop waits between re-issuing cancellations.
 constexpr auto cancel_retry = std::chrono::milliseconds(100);
@@ -66,10 +78,7 @@ bool kernel_at_least(int major, int minor) noexcept {
 /// SPINDLE_NET_PROVIDED_BUFFERS=0 turns provided-buffer receives off (every
 /// RECV gets the caller's buffer), for comparing the two.
 bool provided_buffers_allowed() noexcept {
-  static bool const allowed = [] {
-    char const* env = std::getenv("SPINDLE_NET_PROVIDED_BUFFERS");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static bool const allowed = spindle::detail::env_switch_on("SPINDLE_NET_PROVIDED_BUFFERS");
   return allowed;
 }
 
@@ -146,6 +155,19 @@ struct alignas(64) uring_driver::worker_ring {
   void unlink_cancel(io_op* op) noexcept {
     cancel_links::unlink(cancel_head, cancel_tail, op);
     if (cancel_head == nullptr) cancel_pending.store(false, std::memory_order_relaxed);
+  }
+  /// Queues the request that this ring's worker cancel `op` (its next poll
+  /// or park issues it: drain_cancels; finish() unlinks it if the op
+  /// completes first). False when `op` was asked already or has ended.
+  /// Under remote_mutex; the caller then unparks the worker.
+  bool queue_cancel(io_op* op) noexcept {
+    cancel_state expected = cancel_state::none;
+    if (!op->cancel.compare_exchange_strong(expected, cancel_state::requested,
+                                            std::memory_order_acq_rel)) {
+      return false;
+    }
+    link_cancel(op);
+    return true;
   }
   /// Frees the provided buffers (after the ring exited: the kernel is done
   /// with them).
@@ -410,7 +432,7 @@ int uring_driver::prepare(worker_ring& w, io_op& op) noexcept {
       io_uring_prep_poll_add(sqe, op.fd, static_cast<unsigned>(op.flags));
       break;
     case op_code::statx_at:
-      io_uring_prep_statx(sqe, op.dir_fd, op.path, op.flags, op.length,
+      io_uring_prep_statx(sqe, op.dir_fd, op.path, op.flags, op.statx_mask(),
                           static_cast<struct statx*>(op.buffer));
       break;
   }
@@ -490,12 +512,7 @@ bool uring_driver::cancel(io_op& op) noexcept {
     // A stopping worker cancels and reaps everything itself; a close
     // finishes promptly and must not be cancelled (the descriptor would leak).
     if (w.remote_closed || op.code == op_code::close) return false;
-    if (!own) {
-      cancel_state expected = cancel_state::none;
-      requested = op.cancel.compare_exchange_strong(expected, cancel_state::requested,
-                                                    std::memory_order_acq_rel);
-      if (requested) w.link_cancel(&op);  // finish() unlinks it if the op completes first
-    }
+    if (!own) requested = w.queue_cancel(&op);
   }
   if (requested) {
     host_->unpark(op.home);  // its next poll/park issues the cancel
@@ -508,12 +525,8 @@ bool uring_driver::cancel(io_op& op) noexcept {
     // end or the next park submits it. acquire_sqe may reap (and wake) the op
     // itself, but its frame lives on: the caller holds the task.
     if (io_uring_sqe* sqe = acquire_sqe(w)) {
-      if (op.cancel.load(std::memory_order_acquire) == cancel_state::done) {
-        io_uring_prep_nop(sqe);
-      } else {
-        io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(&op), 0);
-      }
-      io_uring_sqe_set_data64(sqe, cancel_tag);
+      prep_cancel_of(
+          sqe, op.cancel.load(std::memory_order_acquire) == cancel_state::done ? nullptr : &op);
     }
   }
   return false;  // the op's completion wakes the task
@@ -534,12 +547,7 @@ void uring_driver::drain_cancels(worker_ring& w) noexcept {
         op->cancel.store(cancel_state::sent, std::memory_order_relaxed);
       }
     }
-    if (op == nullptr) {
-      io_uring_prep_nop(sqe);  // the requests were completed meanwhile
-    } else {
-      io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(op), 0);
-    }
-    io_uring_sqe_set_data64(sqe, cancel_tag);
+    prep_cancel_of(sqe, op);  // null: the requests were completed meanwhile (a no-op)
   }
 }
 
@@ -594,13 +602,8 @@ void uring_driver::request_cancel(io_op& op) noexcept {
       withdrawn = true;
       op.cancel.store(cancel_state::done, std::memory_order_relaxed);
     } else {
-      if (w.remote_closed) return;  // the stopping worker cancels it
-      cancel_state expected = cancel_state::none;
-      if (!op.cancel.compare_exchange_strong(expected, cancel_state::requested,
-                                             std::memory_order_acq_rel)) {
-        return;  // asked already, or ended
-      }
-      w.link_cancel(&op);
+      if (w.remote_closed) return;       // the stopping worker cancels it
+      if (!w.queue_cancel(&op)) return;  // asked already, or ended
     }
   }
   if (withdrawn) {
@@ -705,8 +708,7 @@ void uring_driver::cancel_all(worker_ring& w) noexcept {
   for (io_op* op = w.tracked; op != nullptr; op = op->next) {
     io_uring_sqe* sqe = acquire_sqe(w);
     if (sqe == nullptr) return;
-    io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(op), 0);
-    io_uring_sqe_set_data64(sqe, cancel_tag);
+    prep_cancel_of(sqe, op);
   }
   if (w.wake_armed) {
     if (io_uring_sqe* sqe = acquire_sqe(w)) {

@@ -78,7 +78,7 @@ void scheduler::block_until_complete(task_header* task) {
     // the task completes or a push finds every worker busy (kick): tasks run
     // inline here cannot use a worker's LIFO slot and ring, so helping while
     // a worker is idle would only slow them down.
-    auto may_help = [this] { return !core_.inject.is_empty() && core_.every_worker_busy(); };
+    auto may_help = [this] { return core_.remote_work_pending() && core_.every_worker_busy(); };
     for (;;) {
       std::uint32_t word = waiter.word.load(std::memory_order_acquire);
       if (word == 1) break;
@@ -88,7 +88,7 @@ void scheduler::block_until_complete(task_header* task) {
         continue;
       }
       if (may_help()) {
-        if (task_header* queued = core_.inject.pop()) {
+        if (task_header* queued = core_.take_remote()) {
           run_task(nullptr, queued);
           continue;
         }

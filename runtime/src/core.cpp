@@ -10,22 +10,42 @@
 namespace spindle::detail {
 
 scheduler_core::scheduler_core(core_platform& platform, std::size_t n, std::uint32_t budget,
-                               std::uint64_t seed, idle_tiers tiers)
+                               std::uint64_t seed, idle_tiers tiers, spindle::placement where,
+                               std::uint64_t stalled_lifo_ns)
     : idle(n),
       platform_(&platform),
       budget_(budget == 0 ? 1 : budget),
       idle_spins_(tiers.spins),
-      idle_yields_(tiers.yields) {
+      idle_yields_(tiers.yields),
+      stalled_lifo_us_(stalled_lifo_ns == 0
+                           ? 0
+                           : static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
+                                 stalled_lifo_ns / 1000, 1, std::uint64_t{1} << 30))),
+      placement_(where),
+      p2c_rng_((seed ^ 0xd1b54a32d192ed03ULL) | 1) {
   workers.reserve(n);
   for (std::size_t i = 0; i < n; ++i)
     workers.push_back(std::make_unique<worker>(i, seed + 0x9e3779b97f4a7c15ULL * (i + 1)));
+}
+
+void scheduler_core::set_victim_orders(std::vector<victim_order> orders) noexcept {
+  if (!victim_orders_.empty()) return;  // once: the workers read them without a lock
+  victim_orders_ = std::move(orders);
+  for (std::size_t i = 0; i < workers.size() && i < victim_orders_.size(); ++i)
+    workers[i]->victims.store(&victim_orders_[i], std::memory_order_release);
+}
+
+std::uint64_t scheduler_core::backoff_ns(worker const* w) const noexcept {
+  if (w->steal_failures == 0) return 0;
+  std::uint32_t const shift = std::min<std::uint32_t>(w->steal_failures - 1, 16);
+  return std::min(steal_backoff_base_ns << shift, steal_backoff_max_ns);
 }
 
 void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield) noexcept {
   if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
     // The worker is on its way to sleep: a task in its LIFO slot could be
     // stranded, so it goes to the global queue, which wakes someone.
-    push_remote(task);
+    push_global(task, task, 1);
     return;
   }
   task_header* to_ring = task;
@@ -37,8 +57,21 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     // remote spawns waited tens of milliseconds (spawn_many_remote_busy).
     w->polls_since_global = w->global_interval;
   } else {
-    to_ring = std::exchange(w->lifo_slot, task);
+    // Only the owner fills the slot, so an empty slot stays empty until
+    // this store; a full one may be emptied by a rescue meanwhile, hence
+    // the exchange (to_ring is then nullptr).
+    to_ring = w->lifo_slot.load(std::memory_order_relaxed);
     if (to_ring == nullptr) {
+      w->lifo_slot.store(task, std::memory_order_release);
+    } else {
+      to_ring = w->lifo_slot.exchange(task, std::memory_order_acq_rel);
+    }
+    if (to_ring == nullptr) {
+      // A task now waits in the slot, where only a rescue can reach it if
+      // this worker stalls: the watcher must be awake to see it.
+      // (seq_cst: ordered after the claim that woke this worker, see
+      // watch_deadline_ns.)
+      if (watch_wanted_.load(std::memory_order_seq_cst)) wake_watcher();
       // Wake-on-hoard (the scanner executor): a worker that keeps scheduling locally
       // wakes a sibling now and then, so that the work piling up in its ring
       // gets stolen even if the wake for it was missed. Only when the ring
@@ -68,6 +101,26 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
   if (was_empty) notify_parked();
 }
 
+void scheduler_core::schedule_local_batch(worker* w, task_header* const* tasks,
+                                          std::size_t n) noexcept {
+  if (n == 0) return;
+  if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
+    for (std::size_t i = 0; i + 1 < n; ++i)
+      tasks[i]->next = tasks[i + 1];
+    push_global(tasks[0], tasks[n - 1], n);
+    return;
+  }
+  // As schedule_local's ring push: a sibling is notified when the ring was
+  // empty before the batch (or it overflowed), once for the whole batch.
+  bool was_empty = true;
+  if (w->queue.push_back_batch(tasks, n, inject, &was_empty, &release_if_stale)) {
+    w->counters.overflows.add();
+    was_empty = true;
+  }
+  w->hoard = 0;
+  if (was_empty) notify_parked();
+}
+
 bool scheduler_core::notify_parked() noexcept {
   std::size_t index = idle.worker_to_notify();
   if (index == not_a_worker) return false;
@@ -81,7 +134,7 @@ bool scheduler_core::every_worker_busy() const noexcept {
 
 void scheduler_core::notify_if_work_pending() noexcept {
   for (auto& w : workers) {
-    if (!w->queue.is_empty()) {
+    if (!w->queue.is_empty() || !w->remote.is_empty()) {
       notify_parked();
       return;
     }
@@ -107,23 +160,28 @@ task_header* scheduler_core::next_task(worker* w) noexcept {
     w->lifo_polls_in_a_row = 0;
     return w->batch[w->batch_head++];
   }
-  // Global queue on the EWMA interval, so it is not starved by local work.
+  // Inbox and global queue on the EWMA interval, so that they are not
+  // starved by local work; every other time the global queue first, so that
+  // a full inbox does not starve the global queue either.
   if (++w->polls_since_global >= w->global_interval) {
     w->polls_since_global = 0;
-    if (task_header* task = fetch_global(w)) return not_from_lifo(w, task);
+    w->global_first = !w->global_first;
+    task_header* task = w->global_first ? fetch_global(w) : nullptr;
+    if (task == nullptr) task = fetch_remote(w);
+    if (task != nullptr) return not_from_lifo(w, task);
   }
   // 2-3. LIFO slot (capped at a few polls in a row), ring.
   if (task_header* task = next_local(w)) return task;
-  // 4. Global queue.
-  if (task_header* task = fetch_global(w)) return not_from_lifo(w, task);
+  // 4. Inbox, global queue.
+  if (task_header* task = fetch_remote(w)) return not_from_lifo(w, task);
   // 5. Steal half from a random victim, as one of at most half the workers.
   if (!w->is_searching) {
     if (!idle.transition_worker_to_searching()) return nullptr;
     w->is_searching = true;
   }
   if (task_header* task = steal_work(w)) return not_from_lifo(w, task);
-  // 6. Global queue once more before parking.
-  return not_from_lifo(w, fetch_global(w));
+  // 6. Inbox and global queue once more before parking.
+  return not_from_lifo(w, fetch_remote(w));
 }
 
 task_header* scheduler_core::not_from_lifo(worker* w, task_header* task) noexcept {
@@ -133,18 +191,21 @@ task_header* scheduler_core::not_from_lifo(worker* w, task_header* task) noexcep
 
 task_header* scheduler_core::next_local(worker* w) noexcept {
   bool flushed = false;
-  if (w->lifo_slot != nullptr) {
-    if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
-      ++w->lifo_polls_in_a_row;
-      w->counters.lifo_hits.add();
-      return std::exchange(w->lifo_slot, nullptr);
+  if (w->lifo_slot.load(std::memory_order_relaxed) != nullptr) {
+    // An exchange: a rescue may take the task at the same moment (then the
+    // slot gives nullptr and the ring is next).
+    task_header* lifo = w->lifo_slot.exchange(nullptr, std::memory_order_acquire);
+    if (lifo != nullptr) {
+      if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
+        ++w->lifo_polls_in_a_row;
+        w->counters.lifo_hits.add();
+        return lifo;
+      }
+      // Cap reached: flush the slot to the ring, where stealers can see it,
+      // and take the ring's oldest task below.
+      if (w->queue.push_back(lifo, inject)) w->counters.overflows.add();
+      flushed = true;
     }
-    // Cap reached: flush the slot to the ring, where stealers can see it,
-    // and take the ring's oldest task below.
-    if (w->queue.push_back(std::exchange(w->lifo_slot, nullptr), inject)) {
-      w->counters.overflows.add();
-    }
-    flushed = true;
   }
   task_header* task = w->queue.pop();
   if (task != nullptr) w->lifo_polls_in_a_row = 0;
@@ -164,6 +225,24 @@ task_header* scheduler_core::fetch_global(worker* w) noexcept {
   std::size_t got = inject.pop_batch(w->batch.data(), n);
   if (got == 0) return nullptr;
   w->counters.global_batch_fetches.add();
+  return take_batch(w, got);
+}
+
+task_header* scheduler_core::fetch_inbox(worker* w) noexcept {
+  // The global queue's batch rule, for a queue of this worker alone: up to
+  // a batch buffer (32) per look.
+  if (w->remote.len() == 0) return nullptr;
+  std::size_t got = w->remote.try_take(w->batch.data(), worker::batch_capacity);
+  if (got == 0) return nullptr;
+  return take_batch(w, got);
+}
+
+task_header* scheduler_core::fetch_remote(worker* w) noexcept {
+  if (task_header* task = fetch_inbox(w)) return task;
+  return fetch_global(w);
+}
+
+task_header* scheduler_core::take_batch(worker* w, std::size_t got) noexcept {
   if (got > 1 && idle.num_unparked() < workers.size()) {
     // Some worker sleeps: the batch buffer is private, so a long poll of
     // this worker would strand the rest of the batch there. Put it in the
@@ -182,24 +261,140 @@ task_header* scheduler_core::fetch_global(worker* w) noexcept {
   return w->batch[0];
 }
 
-task_header* scheduler_core::steal_work(worker* w) noexcept {
-  auto n = static_cast<std::uint32_t>(workers.size());
-  if (n < 2) return nullptr;
-  std::uint32_t start = w->rng.below(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint32_t victim = (start + i) % n;
-    if (victim == w->index) continue;
-    std::uint32_t stolen = 0;
-    if (task_header* task = workers[victim]->queue.steal_into(w->queue, &stolen)) {
-      w->counters.stolen.add(stolen);
-      w->counters.steal_operations.add();
-      if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
-        trace->push({steady_now_ns(), 0, victim, stolen, nullptr, trace_kind::steal});
-      }
-      return task;
+template <class Take>
+task_header* scheduler_core::for_each_victim(worker* w, Take&& take) noexcept {
+  auto const n = static_cast<std::uint32_t>(workers.size());
+  victim_order const* order = w->victims.load(std::memory_order_acquire);
+  if (order == nullptr || order->victims.empty()) {
+    // No topology: every other worker, from a random start.
+    std::uint32_t start = w->rng.below(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t victim = (start + i) % n;
+      if (victim == w->index) continue;
+      if (task_header* task = take(victim, steal_levels - 1)) return task;
+    }
+    return nullptr;
+  }
+  // Nearest level first; within a level from a random start (the levels
+  // are shuffled once, the start differs per round).
+  for (std::size_t l = 0; l < steal_levels; ++l) {
+    auto level = order->level(l);
+    auto const m = static_cast<std::uint32_t>(level.size());
+    if (m == 0) continue;
+    std::uint32_t start = m == 1 ? 0 : w->rng.below(m);
+    for (std::uint32_t i = 0; i < m; ++i) {
+      if (task_header* task = take(level[(start + i) % m], l)) return task;
     }
   }
   return nullptr;
+}
+
+task_header* scheduler_core::steal_work(worker* w) noexcept {
+  if (workers.size() < 2) return nullptr;
+  task_header* task = for_each_victim(w, [this, w](std::uint32_t victim, std::size_t level) {
+    ++w->steal_probes;
+    std::uint32_t stolen = 0;
+    task_header* got = workers[victim]->queue.steal_into(w->queue, &stolen);
+    if (got != nullptr) {
+      w->counters.stolen.add(stolen);
+      w->counters.steal_operations.add();
+      ++w->steals_by_level[level];
+      if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
+        trace->push({steady_now_ns(), 0, victim, stolen, nullptr, trace_kind::steal});
+      }
+    }
+    return got;
+  });
+  if (task == nullptr && placement_ == spindle::placement::p2c) task = steal_inbox(w);
+  if (task == nullptr) task = rescue_lifo(w);
+  if (task == nullptr) {
+    ++w->steal_failures;
+    return nullptr;
+  }
+  w->steal_failures = 0;
+  return task;
+}
+
+task_header* scheduler_core::steal_inbox(worker* w) noexcept {
+  // A task placed on a worker that is busy in a long poll (or that has not
+  // woken yet) is taken here by a searcher instead of waiting for it.
+  return for_each_victim(w, [this, w](std::uint32_t victim, std::size_t) -> task_header* {
+    inbox& box = workers[victim]->remote;
+    std::size_t len = box.len();
+    if (len == 0) return nullptr;
+    std::size_t want = std::min<std::size_t>(len - len / 2, worker::batch_capacity);
+    std::size_t got = box.try_take(w->batch.data(), want);
+    if (got == 0) return nullptr;
+    w->counters.stolen.add(got);
+    w->counters.steal_operations.add();
+    // The trace's steal event, as a steal from a ring (the victim's index).
+    if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
+      trace->push(
+          {steady_now_ns(), 0, victim, static_cast<std::int64_t>(got), nullptr, trace_kind::steal});
+    }
+    return take_batch(w, got);
+  });
+}
+
+task_header* scheduler_core::rescue_lifo(worker* w) noexcept {
+  if (stalled_lifo_us_ == 0 || workers.size() < 2) return nullptr;
+  std::uint64_t now_ns = 0;
+  return for_each_victim(w, [&](std::uint32_t v, std::size_t) -> task_header* {
+    worker& x = *workers[v];
+    if (x.lifo_slot.load(std::memory_order_relaxed) == nullptr) return nullptr;
+    if (now_ns == 0) now_ns = platform_->now_ns() | 1;  // read once, when needed
+    auto const now_us = static_cast<std::uint32_t>(now_ns / 1000);
+    auto const polls = static_cast<std::uint32_t>(x.counters.polled.get());
+    std::uint64_t const seen = x.stall_seen.load(std::memory_order_relaxed);
+    if (static_cast<std::uint32_t>(seen >> 32) != polls) {
+      // First sight of this poll count: a stall (if it is one) starts now.
+      x.stall_seen.store((std::uint64_t{polls} << 32) | now_us, std::memory_order_relaxed);
+      return nullptr;
+    }
+    if (now_us - static_cast<std::uint32_t>(seen) < stalled_lifo_us_) return nullptr;
+    task_header* task = x.lifo_slot.exchange(nullptr, std::memory_order_acquire);
+    if (task != nullptr) ++w->lifo_rescues;
+    return task;
+  });
+}
+
+std::uint64_t scheduler_core::watch_deadline_ns(worker* w) noexcept {
+  if (stalled_lifo_us_ == 0 || workers.size() < 2) return no_deadline;
+  if (!w->watching) {
+    std::size_t none = not_a_worker;
+    if (!watcher_.compare_exchange_strong(none, w->index, std::memory_order_seq_cst)) {
+      return no_deadline;
+    }
+    w->watching = true;
+    w->watch_period_ns = stalled_lifo_ns();
+  }
+  // Nobody awake, nothing can stall: sleep without a deadline until a push
+  // into an empty LIFO slot wakes us. The flag is raised before the count is
+  // read, and that push reads the flag after the claim that woke its worker
+  // (seq_cst on both sides): either we see the worker awake here, or it
+  // sees the flag.
+  watch_wanted_.store(true, std::memory_order_seq_cst);
+  if (idle.num_unparked() == 0) return no_deadline;
+  watch_wanted_.store(false, std::memory_order_relaxed);
+  return platform_->now_ns() + w->watch_period_ns;
+}
+
+void scheduler_core::stop_watching(worker* w) noexcept {
+  if (!w->watching) return;
+  w->watching = false;
+  watcher_.store(not_a_worker, std::memory_order_seq_cst);
+  // Nobody watches now: the next push into an empty LIFO slot wakes a
+  // parked worker, which takes the watch when it parks again.
+  watch_wanted_.store(true, std::memory_order_seq_cst);
+}
+
+void scheduler_core::wake_watcher() noexcept {
+  if (!watch_wanted_.exchange(false, std::memory_order_seq_cst)) return;
+  std::size_t target = watcher_.load(std::memory_order_seq_cst);
+  if (target == not_a_worker) target = idle.any_parked();
+  // Not claimed: it wakes, finds itself still parked and sleeps again,
+  // with the watch's deadline (watch_deadline_ns).
+  if (target != not_a_worker) platform_->unpark_worker(target);
 }
 
 void scheduler_core::transition_from_searching(worker* w) noexcept {
@@ -210,27 +405,109 @@ void scheduler_core::transition_from_searching(worker* w) noexcept {
 }
 
 bool scheduler_core::transition_from_parked(worker* w) noexcept {
-  if (w->has_local_tasks()) {
+  if (!w->has_local_tasks() && w->remote.is_empty() && w->watching && idle.is_parked(w->index)) {
+    // The watcher's deadline (or any wake of it): a stalled worker's LIFO
+    // task becomes this worker's own, and it wakes to run it.
+    if (task_header* task = rescue_lifo(w)) {
+      w->lifo_slot.store(task, std::memory_order_release);
+      w->watch_period_ns = stalled_lifo_ns();
+      // Awake to run it, and searching as a notified worker would be: the
+      // stalled worker may hold more, and other producers see a searcher.
+      // A notifier may have claimed us since the look above (it then
+      // counted us, searching or not): no second count.
+      w->is_searching = idle.unpark_worker_by_id(w->index) ? idle.transition_worker_to_searching()
+                                                           : idle.claimed_as_searcher(w->index);
+      stop_watching(w);
+      return true;
+    } else {
+      w->watch_period_ns = std::min(2 * w->watch_period_ns, watch_period_max_ns);
+    }
+  }
+  if (w->has_local_tasks() || !w->remote.is_empty()) {
     // Woken by its own I/O completions: it is searching only if somebody
-    // also claimed it (then it no longer is in the parked set).
-    w->is_searching = !idle.unpark_worker_by_id(w->index);
+    // also claimed it (then it no longer is in the parked set) and counted
+    // it searching.
+    w->is_searching = !idle.unpark_worker_by_id(w->index) && idle.claimed_as_searcher(w->index);
+    stop_watching(w);
     return true;
   }
   if (idle.is_parked(w->index)) return false;  // not claimed: sleep again
-  w->is_searching = true;                      // claimed by a notifier, which counted us searching
+  // Claimed by a notifier, which counted us searching (or, for an inbox
+  // push beyond the searcher bound, unparked only).
+  w->is_searching = idle.claimed_as_searcher(w->index);
+  stop_watching(w);
   return true;
 }
 
-void scheduler_core::push_remote(task_header* task) noexcept {
-  inject.push(task);
+void scheduler_core::push_global(task_header* first, task_header* last,
+                                 std::size_t count) noexcept {
+  inject.push_batch(first, last, count);
   if (notify_parked()) return;
   // Nobody to wake: the platform may have other helpers (block_on threads).
   platform_->remote_push_unnoticed();
 }
 
+std::size_t scheduler_core::choose_p2c() noexcept {
+  auto n = static_cast<std::uint32_t>(workers.size());
+  if (n == 1) return 0;
+  std::uint64_t x = p2c_rng_.load(std::memory_order_relaxed);
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  p2c_rng_.store(x, std::memory_order_relaxed);
+  std::uint64_t const r = x * 0x2545f4914f6cdd1dULL;
+  // Two distinct workers: a in [0, n), b in [0, n) \ {a}.
+  auto a = static_cast<std::uint32_t>(((r >> 32) * n) >> 32);
+  auto b = static_cast<std::uint32_t>(((r & 0xffffffffULL) * (n - 1)) >> 32);
+  if (b >= a) ++b;
+  auto load = [this](std::uint32_t i) {
+    worker const& w = *workers[i];
+    return std::size_t{w.queue.len()} + w.remote.len();
+  };
+  return load(b) < load(a) ? b : a;
+}
+
+void scheduler_core::push_remote_batch(task_header* first, task_header* last,
+                                       std::size_t count) noexcept {
+  if (placement_ == spindle::placement::global) {
+    push_global(first, last, count);
+    return;
+  }
+  std::size_t const target = choose_p2c();
+  // The inbox's length is raised with a seq_cst RMW: a worker that
+  // registers as parked after it re-reads its inbox (begin_park), and the
+  // idle state read below sees the registration of one that parked before.
+  workers[target]->remote.push(first, last, count);
+  std::size_t const index = idle.worker_to_notify_preferring(target);
+  if (index != not_a_worker) {
+    platform_->unpark_worker(index);
+    return;
+  }
+  platform_->remote_push_unnoticed();
+}
+
+task_header* scheduler_core::take_remote() noexcept {
+  if (task_header* task = inject.pop()) return task;
+  for (auto& w : workers) {
+    if (w->remote.len() == 0) continue;
+    task_header* task = nullptr;
+    if (w->remote.try_take(&task, 1) == 1) return task;
+  }
+  return nullptr;
+}
+
+bool scheduler_core::remote_work_pending() const noexcept {
+  if (!inject.is_empty()) return true;
+  for (auto const& w : workers) {
+    if (w->remote.len() != 0) return true;
+  }
+  return false;
+}
+
 scheduler_core::idle_step scheduler_core::after_tick(worker* w, bool progressed) noexcept {
   if (progressed || w->has_local_tasks()) {
     w->idle_ticks = 0;
+    w->steal_failures = 0;
     return idle_step::run;
   }
   std::uint32_t const n = ++w->idle_ticks;
@@ -242,12 +519,13 @@ scheduler_core::idle_step scheduler_core::after_tick(worker* w, bool progressed)
 
 bool scheduler_core::begin_park(worker* w) noexcept {
   w->transitioning_to_park.store(true, std::memory_order_seq_cst);
-  if (w->has_local_tasks()) {
+  if (w->has_local_tasks() || !w->remote.is_empty()) {
     w->transitioning_to_park.store(false, std::memory_order_relaxed);
     return false;
   }
   bool was_last_searcher = idle.transition_worker_to_parked(w->index, w->is_searching);
   w->is_searching = false;
+  w->steal_failures = 0;
   // The last searcher re-checks every queue after registering as parked: a
   // producer that saw it searching did not wake anyone. So does any worker
   // that parks while nobody searches: it may have been refused the search
@@ -256,6 +534,15 @@ bool scheduler_core::begin_park(worker* w) noexcept {
   // (Found by the deterministic simulation: a stealable task waited on a
   // busy worker's ring while this worker slept.)
   if (was_last_searcher || idle.num_searching() == 0) notify_if_work_pending();
+  // A p2c push into this worker's inbox raises its length (a seq_cst RMW)
+  // before it reads the idle state: one that read it before the
+  // registration above did not see this worker parked, and its task is seen
+  // here.
+  if (!w->remote.is_empty()) {
+    w->is_searching = !idle.unpark_worker_by_id(w->index) && idle.claimed_as_searcher(w->index);
+    end_park(w);
+    return false;
+  }
   w->counters.parked.add();
   return true;
 }

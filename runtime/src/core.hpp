@@ -29,13 +29,17 @@
 // for deterministic simulation follows the scanner executor.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "clock.hpp"
 #include "global_queue.hpp"
 #include "idle_state.hpp"
+#include "spindle/runtime.hpp"
+#include "topology.hpp"
 #include "worker.hpp"
 
 namespace spindle::detail {
@@ -55,6 +59,8 @@ class core_platform {
   /// a searcher will find the task. Production kicks a block_on thread if
   /// every worker is busy.
   virtual void remote_push_unnoticed() noexcept = 0;
+  /// Now, in ns (steady_clock; the simulator's virtual time).
+  virtual std::uint64_t now_ns() noexcept { return steady_now_ns(); }
 
  protected:
   ~core_platform() = default;
@@ -68,21 +74,75 @@ struct idle_tiers {
 
 class scheduler_core {
  public:
-  /// `workers` entries are made with `seed`-derived steal RNGs.
+  /// Steal back-off (backoff_ns): a searcher whose steal rounds keep
+  /// failing waits base << (failures - 1) ns between rounds, at most
+  /// max ns: 256, 512, ..., 16,384 ns. A task pushed while the only
+  /// searcher backs off is therefore seen within 16,384 ns plus one round of
+  /// probes (a push does not wake a parked worker while a searcher is out).
+  static constexpr std::uint64_t steal_backoff_base_ns = 256;
+  static constexpr std::uint64_t steal_backoff_max_ns = 16'384;
+  /// The watcher of stalled LIFO slots (watch_deadline_ns) sleeps from the
+  /// stall threshold, doubling while it finds nothing, up to this.
+  static constexpr std::uint64_t watch_period_max_ns = 1'000'000;
+
+  /// `workers` entries are made with `seed`-derived steal RNGs; the
+  /// placement RNG (p2c) is seeded from `seed` too.
+  /// `stalled_lifo_ns`: a task in the LIFO slot of a worker that has taken
+  /// no new task for this long may be taken by a searcher or the watcher
+  /// (0: never; runtime_config::stalled_lifo_threshold).
   scheduler_core(core_platform& platform, std::size_t workers, std::uint32_t budget,
-                 std::uint64_t seed, idle_tiers tiers = {});
+                 std::uint64_t seed, idle_tiers tiers = {},
+                 spindle::placement where = spindle::placement::global,
+                 std::uint64_t stalled_lifo_ns = 0);
+  /// Gives each worker its victim order (build_victim_orders), once; the
+  /// workers may be running. Without it, victims are tried in a random flat
+  /// order.
+  void set_victim_orders(std::vector<victim_order> orders) noexcept;
+  /// How long a searching worker that found nothing waits before its next
+  /// steal round (0 when its last round succeeded): see steal_backoff_base_ns.
+  [[nodiscard]] std::uint64_t backoff_ns(worker const* w) const noexcept;
+  /// When parked worker `w` must wake to look for stalled LIFO slots
+  /// (an absolute time from now_ns), or no_deadline. At most one parked
+  /// worker watches, and only while some worker is awake; when none
+  /// watches with a deadline, the next push into an empty LIFO slot wakes a
+  /// parked worker to do it. Call after begin_park, before each sleep.
+  [[nodiscard]] std::uint64_t watch_deadline_ns(worker* w) noexcept;
+  /// Takes the task from the LIFO slot of a worker that has finished no
+  /// poll for the stall threshold (Tokio #4941), looking at the victims in
+  /// `w`'s order; nullptr when none is stalled (or rescue is off).
+  task_header* rescue_lifo(worker* w) noexcept;
+  [[nodiscard]] std::uint64_t stalled_lifo_ns() const noexcept { return stalled_lifo_us_ * 1000; }
 
   [[nodiscard]] std::size_t worker_count() const noexcept { return workers.size(); }
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
+  [[nodiscard]] spindle::placement placement() const noexcept { return placement_; }
 
   /// Queues a task made runnable by worker `w`'s thread: the LIFO slot
   /// (the displaced task to the ring), or the back of the ring for a yield
   /// (or a task woken while it ran), after which the next pick checks the
   /// global queue first.
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
-  /// Queues a task from outside the workers (or a parking worker): the
-  /// global queue, then wakes a parked worker if nobody searches.
-  void push_remote(task_header* task) noexcept;
+  /// schedule_local of tasks[0..n) (new spawns, spawn_batch): the back of
+  /// the ring with one publication, the overflow to the global queue in one
+  /// batch, and at most one wake.
+  void schedule_local_batch(worker* w, task_header* const* tasks, std::size_t n) noexcept;
+  /// Queues a task from outside the workers: placement::global, the global
+  /// queue, then wakes a parked worker if nobody searches; placement::p2c,
+  /// the inbox of the less loaded of two workers drawn by the placement RNG,
+  /// then wakes that worker if it is parked (else any parked worker, if
+  /// nobody searches: a searcher takes from inboxes too).
+  void push_remote(task_header* task) noexcept { push_remote_batch(task, task, 1); }
+  /// push_remote of the list first..last (linked through next) of `count`
+  /// tasks, with one queue operation and at most one wake.
+  void push_remote_batch(task_header* first, task_header* last, std::size_t count) noexcept;
+  /// The worker push_remote's p2c placement picks next (the placement RNG
+  /// advances). Any thread.
+  [[nodiscard]] std::size_t choose_p2c() noexcept;
+  /// For a helper outside the workers (block_on): one task from the global
+  /// queue or any inbox, or nullptr.
+  [[nodiscard]] task_header* take_remote() noexcept;
+  /// The global queue or some inbox holds tasks.
+  [[nodiscard]] bool remote_work_pending() const noexcept;
   /// Claims and unparks a parked worker when no one searches. True if it did.
   bool notify_parked() noexcept;
   /// Notifies a parked worker when any queue holds work.
@@ -90,9 +150,10 @@ class scheduler_core {
   /// No worker searching and none parked.
   [[nodiscard]] bool every_worker_busy() const noexcept;
 
-  /// The next task for `w`: batch buffer, the global queue every
-  /// global-check interval, LIFO slot (capped at 3 polls in a row), ring, global queue,
-  /// steal (as a searcher), global queue again. nullptr: nothing found.
+  /// The next task for `w`: batch buffer, its inbox and the global queue
+  /// every global-check interval, LIFO slot (capped at 3 polls in a row),
+  /// ring, inbox, global queue, steal (as a searcher: other rings, then other
+  /// inboxes), inbox and global queue again. nullptr: nothing found.
   task_header* next_task(worker* w) noexcept;
   /// `w` found a task: leaves the searching state (the last searcher to find
   /// work notifies another worker).
@@ -148,16 +209,57 @@ class scheduler_core {
 
  private:
   task_header* next_local(worker* w) noexcept;
+  /// Leaves the watch (a watcher that wakes to run).
+  void stop_watching(worker* w) noexcept;
+  /// A push into an empty LIFO slot while nobody watches with a deadline:
+  /// wakes the watcher (or any parked worker, which takes the watch).
+  void wake_watcher() noexcept;
   /// Returns `task`; a task taken from anywhere but the LIFO slot ends a run of
   /// LIFO polls.
   static task_header* not_from_lifo(worker* w, task_header* task) noexcept;
   task_header* fetch_global(worker* w) noexcept;
+  /// Up to a batch from `w`'s own inbox (into the batch buffer, as
+  /// fetch_global's).
+  task_header* fetch_inbox(worker* w) noexcept;
+  /// Inbox, then global queue.
+  task_header* fetch_remote(worker* w) noexcept;
+  /// The first of `got` tasks in w->batch, the rest left in the batch
+  /// buffer, or moved to the ring (with a wake) when some worker sleeps.
+  task_header* take_batch(worker* w, std::size_t got) noexcept;
+  /// Calls take(victim, level) for each other worker in `w`'s victim order
+  /// (nearest level first, a random start within each level; without a
+  /// topology every other worker from a random start, as the farthest
+  /// level) until it returns a task; that task, or nullptr. Ring steals,
+  /// inbox steals and LIFO rescues all look at the victims this way.
+  template <class Take>
+  task_header* for_each_victim(worker* w, Take&& take) noexcept;
+  /// A searcher's round: half of a victim's ring, then (placement::p2c)
+  /// half of a victim's inbox, then a stalled worker's LIFO task
+  /// (rescue_lifo); counts the round for the back-off.
   task_header* steal_work(worker* w) noexcept;
+  /// Half of another worker's inbox (at most a batch), as a searcher.
+  task_header* steal_inbox(worker* w) noexcept;
+  /// The global queue, then a wake (schedule_local of a parking worker).
+  void push_global(task_header* first, task_header* last, std::size_t count) noexcept;
 
   core_platform* platform_;
   std::uint32_t budget_;
   std::uint32_t idle_spins_;
   std::uint32_t idle_yields_;
+  std::uint32_t stalled_lifo_us_;
+  /// The victim orders the workers point to (set once).
+  std::vector<victim_order> victim_orders_;
+  /// The watching worker, or not_a_worker.
+  std::atomic<std::size_t> watcher_{not_a_worker};
+  /// Nobody watches with a deadline (the watcher sleeps without one because
+  /// every worker was parked, or it left to run): the next push into an
+  /// empty LIFO slot wakes a parked worker to watch.
+  std::atomic<bool> watch_wanted_{false};
+  spindle::placement placement_;
+  // The placement RNG's state (xorshift64*): a relaxed load and store, no
+  // RMW; two producers racing may draw the same pair, which is harmless.
+  // Deterministic for one producer (the simulation).
+  alignas(64) std::atomic<std::uint64_t> p2c_rng_;
 };
 
 }  // namespace spindle::detail

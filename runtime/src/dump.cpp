@@ -138,7 +138,16 @@ void scheduler::answer_dump(worker* w) noexcept {
     worker::dump_entry e = entry_of(t);
     if (is_live_entry(e)) out.push_back(e);  // within the reserve
   };
-  if (w->lifo_slot != nullptr) note(w->lifo_slot);
+  // The LIFO slot, too, may be emptied by another worker (a stalled
+  // worker's rescue, scheduler_core::rescue_lifo), which may then run and
+  // free the task: take it out while we read it. Only the owner fills the
+  // slot, so it is still empty when the task goes back.
+  if (w->lifo_slot.load(std::memory_order_relaxed) != nullptr) {
+    if (task_header* t = w->lifo_slot.exchange(nullptr, std::memory_order_acquire)) {
+      note(t);
+      w->lifo_slot.store(t, std::memory_order_release);
+    }
+  }
   for (std::uint32_t i = w->batch_head; i != w->batch_len; ++i)
     note(w->batch[i]);
   // The ring is stealable: only the owner's pops keep an entry's task in
@@ -211,7 +220,7 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
   // suspension), or seen twice while it moved (the first report is kept).
   std::unordered_set<task_header const*> seen;
   seen.reserve(found.size());
-  std::uint32_t const now = static_cast<std::uint32_t>(steady_now_ns() >> spawn_time_shift);
+  std::uint32_t const now = spawn_time_of(steady_now_ns());
   d.tasks.reserve(found.size());
   for (worker::dump_entry const& e : found) {
     if (!seen.insert(e.task).second) continue;

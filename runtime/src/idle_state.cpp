@@ -9,7 +9,8 @@ namespace spindle::detail {
 idle_state::idle_state(std::size_t workers)
     : workers_(static_cast<std::uint32_t>(workers)),
       state_(unparked_one * workers),
-      parked_bitmap_((workers + 63) / 64, 0) {}
+      parked_bitmap_((workers + 63) / 64, 0),
+      unsearching_bitmap_((workers + 63) / 64, 0) {}
 
 bool idle_state::notify_should_wakeup() const noexcept {
   // A full fence before the load orders the caller's earlier push (a
@@ -25,9 +26,13 @@ bool idle_state::notify_should_wakeup() const noexcept {
 
 bool idle_state::transition_worker_to_searching() noexcept {
   std::uint64_t s = state_.load(std::memory_order_seq_cst);
-  if (2 * searching_of(s) >= workers_) return false;
-  // Not a CAS: like Tokio, a brief overshoot of the limit is harmless.
-  state_.fetch_add(searching_one, std::memory_order_seq_cst);
+  // A CAS (Tokio adds and tolerates a brief overshoot): with hundreds of
+  // workers going idle at once, an overshoot is hundreds of searchers
+  // probing every ring. Only idle workers come here, so the retry is cheap.
+  do {
+    if (2 * std::uint64_t{searching_of(s)} >= workers_) return false;
+  } while (!state_.compare_exchange_weak(s, s + searching_one, std::memory_order_seq_cst,
+                                         std::memory_order_seq_cst));
   return true;
 }
 
@@ -36,14 +41,47 @@ bool idle_state::transition_worker_from_searching() noexcept {
   return searching_of(prev) == 1;
 }
 
+bool idle_state::claim_searcher_locked(std::uint32_t below) noexcept {
+  std::uint64_t s = state_.load(std::memory_order_seq_cst);
+  do {
+    if (searching_of(s) >= below) return false;
+  } while (!state_.compare_exchange_weak(s, s + searching_one + unparked_one,
+                                         std::memory_order_seq_cst, std::memory_order_seq_cst));
+  return true;
+}
+
 std::size_t idle_state::worker_to_notify() noexcept {
   if (!notify_should_wakeup()) return not_a_worker;
   std::lock_guard lock(mutex_);
-  if (!notify_should_wakeup()) return not_a_worker;
-  std::size_t index = pop_parked_locked();
-  if (index == not_a_worker) return not_a_worker;
-  state_.fetch_add(searching_one + unparked_one, std::memory_order_seq_cst);
-  return index;
+  // Counted searching only while nobody searches, by a CAS: a worker that
+  // turned searcher since the check above (transition_worker_to_searching
+  // takes no lock) is seen, and the searcher bound holds.
+  if (num_parked_ == 0 || !claim_searcher_locked(1)) return not_a_worker;
+  return pop_parked_locked();
+}
+
+std::size_t idle_state::worker_to_notify_preferring(std::size_t preferred) noexcept {
+  // No fence: the caller's push raised the inbox's length with a seq_cst
+  // RMW, and this load is seq_cst too, as are the parking worker's
+  // registration (transition_worker_to_parked's RMW) and its re-read of the
+  // inbox: one of the two sides sees the other.
+  if (unparked_of(state_.load(std::memory_order_seq_cst)) == workers_) return not_a_worker;
+  std::lock_guard lock(mutex_);
+  if (((parked_bitmap_[preferred / 64] >> (preferred % 64)) & 1) != 0) {
+    // The preferred worker is claimed, counted searching as a notified one
+    // is while transition_worker_to_searching's bound allows (at most half
+    // the workers search, however many inbox pushes claim parked workers);
+    // beyond it, counted unparked only, and it learns so when it wakes
+    // (claimed_as_searcher).
+    if (!claim_searcher_locked((workers_ + 1) / 2)) {
+      state_.fetch_add(unparked_one, std::memory_order_seq_cst);
+      unsearching_bitmap_[preferred / 64] |= std::uint64_t{1} << (preferred % 64);
+    }
+    test_and_clear_locked(preferred);
+    return preferred;
+  }
+  if (num_parked_ == 0 || !claim_searcher_locked(1)) return not_a_worker;
+  return pop_parked_locked();
 }
 
 bool idle_state::transition_worker_to_parked(std::size_t index, bool is_searching) noexcept {
@@ -69,6 +107,26 @@ bool idle_state::unpark_worker_by_id(std::size_t index) noexcept {
 bool idle_state::is_parked(std::size_t index) noexcept {
   std::lock_guard lock(mutex_);
   return (parked_bitmap_[index / 64] >> (index % 64)) & 1;
+}
+
+std::size_t idle_state::any_parked() noexcept {
+  std::lock_guard lock(mutex_);
+  if (num_parked_ == 0) return not_a_worker;
+  for (std::size_t w = 0; w < parked_bitmap_.size(); ++w) {
+    if (parked_bitmap_[w] != 0) {
+      return w * 64 + static_cast<std::size_t>(std::countr_zero(parked_bitmap_[w]));
+    }
+  }
+  return not_a_worker;
+}
+
+bool idle_state::claimed_as_searcher(std::size_t index) noexcept {
+  std::lock_guard lock(mutex_);
+  std::uint64_t& word = unsearching_bitmap_[index / 64];
+  std::uint64_t const bit = std::uint64_t{1} << (index % 64);
+  if ((word & bit) == 0) return true;
+  word &= ~bit;
+  return false;
 }
 
 std::size_t idle_state::pop_parked_locked() noexcept {

@@ -56,6 +56,13 @@ class owned_tasks {
   /// nothing) once the runtime is closed: a spawn racing close() is refused
   /// or listed, never lost.
   [[nodiscard]] bool insert(task_header* task, std::size_t shard_index) noexcept {
+    return insert_batch(&task, 1, shard_index);
+  }
+
+  /// insert() of tasks[0..n) under one lock: all linked, or none (false)
+  /// once the runtime is closed (spawn_batch).
+  [[nodiscard]] bool insert_batch(task_header* const* tasks, std::size_t n,
+                                  std::size_t shard_index) noexcept {
     if (shard_index >= count_) [[unlikely]]
       shard_index %= count_;
     shard& s = shards_[shard_index];
@@ -64,7 +71,8 @@ class owned_tasks {
       s.unlock();
       return false;
     }
-    link_locked(s, task, shard_index);
+    for (std::size_t i = 0; i < n; ++i)
+      link_locked(s, tasks[i], shard_index);
     s.unlock();
     return true;
   }

@@ -21,6 +21,7 @@
 // Design source: Volt's WorkStealQueue, Tokio's queue.rs.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -74,6 +75,58 @@ class run_queue {
       if (push_overflow(task, real, tail, overflow, drop_stale)) return true;
       // A stealer claimed in between: there is room now; retry.
     }
+  }
+
+  /// Owner: appends tasks[0..n) with one tail publication; what does not fit
+  /// goes to `overflow` in one batch, together with half of the ring when no
+  /// stealer is copying out of it (as push_back's overflow), leaving out the
+  /// ring's entries that `drop_stale` consumes. Returns true when it
+  /// overflowed; `was_empty` as push_back's. (spawn_batch, seed 000.)
+  bool push_back_batch(task_header* const* tasks, std::size_t n, global_queue& overflow,
+                       bool* was_empty = nullptr, stale_filter drop_stale = nullptr) noexcept {
+    std::uint64_t head = head_.load(std::memory_order_acquire);
+    std::uint32_t steal = steal_of(head);
+    std::uint32_t real = real_of(head);
+    std::uint32_t tail = tail_.load(std::memory_order_relaxed);
+    if (was_empty != nullptr) *was_empty = tail == real;
+    std::size_t fit = std::min<std::size_t>(n, capacity - (tail - steal));
+    for (std::size_t i = 0; i < fit; ++i)
+      slots_[(tail + i) & mask].store(tasks[i], std::memory_order_relaxed);
+    tail += static_cast<std::uint32_t>(fit);
+    if (fit != 0) tail_.store(tail, std::memory_order_release);
+    if (fit == n) return false;
+    // The rest, linked in order; in front of it half of the ring when the
+    // ring is full and no stealer holds a claim (claimed as push_overflow
+    // does; a stealer that claims first leaves the ring as it is).
+    task_header* first = nullptr;
+    task_header* prev = nullptr;
+    std::size_t count = 0;
+    auto append = [&](task_header* t) {
+      if (prev != nullptr) {
+        prev->next = t;
+      } else {
+        first = t;
+      }
+      prev = t;
+      ++count;
+    };
+    head = head_.load(std::memory_order_acquire);
+    real = real_of(head);
+    if (steal_of(head) == real && tail - real == capacity) {
+      std::uint64_t expected = pack(real, real);
+      if (head_.compare_exchange_strong(expected,
+                                        pack(real + overflow_batch, real + overflow_batch),
+                                        std::memory_order_release, std::memory_order_relaxed)) {
+        for (std::uint32_t i = 0; i < overflow_batch; ++i) {
+          task_header* t = slots_[(real + i) & mask].load(std::memory_order_relaxed);
+          if (drop_stale == nullptr || !drop_stale(t)) append(t);
+        }
+      }
+    }
+    for (std::size_t i = fit; i < n; ++i)
+      append(tasks[i]);
+    overflow.push_batch(first, prev, count);
+    return true;
   }
 
   /// Owner: removes the task at the front, or returns nullptr.

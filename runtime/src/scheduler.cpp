@@ -2,11 +2,11 @@
 #include "scheduler.hpp"
 
 #include "clock.hpp"
+#include "env.hpp"
 #include "task_state.hpp"
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 #include <latch>
 #include <mutex>
 #include <new>
-#include <string_view>
 #include <system_error>
 
 namespace spindle::detail {
@@ -47,13 +46,16 @@ std::size_t resolve_workers(std::size_t requested) {
   return hc == 0 ? 1 : hc;
 }
 
-void pin_to_cpu(std::size_t index) noexcept {
+// Pins the calling thread to CPU index % ncpu; returns that CPU, or -1
+// when it could not (best effort).
+int pin_to_cpu(std::size_t index) noexcept {
   long ncpu = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu <= 0) return;
+  if (ncpu <= 0) return -1;
+  int const cpu = static_cast<int>(index % static_cast<std::size_t>(ncpu));
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(static_cast<int>(index % static_cast<std::size_t>(ncpu)), &set);
-  ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set);  // best effort
+  CPU_SET(cpu, &set);
+  return ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set) == 0 ? cpu : -1;
 }
 
 // The address below which the calling thread's stack is more than half used
@@ -85,19 +87,19 @@ inline void cpu_relax() noexcept {
 // scheduler_core.
 runtime_config resolve_config(runtime_config config) {
   config.workers = resolve_workers(config.workers);
-  if (char const* env = std::getenv("SPINDLE_IDLE"); env != nullptr && *env != '\0') {
+  if (config.stalled_lifo_threshold.count() < 0) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "spindle: runtime_config::stalled_lifo_threshold must not be negative");
+  }
+  if (char const* env = env_value("SPINDLE_IDLE")) {
     char* end = nullptr;
     unsigned long spins = std::strtoul(env, &end, 10);
     unsigned long yields = *end == ',' ? std::strtoul(end + 1, nullptr, 10) : 0;
     config.idle_spins = static_cast<std::uint32_t>(std::min(spins, 1'000'000UL));
     config.idle_yields = static_cast<std::uint32_t>(std::min(yields, 1'000'000UL));
   }
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && std::string_view(env) == "0") {
-    config.try_cached_reads = false;
-  }
-  if (char const* env = std::getenv("SPINDLE_TRACE");
-      config.trace_path.empty() && env != nullptr && *env != '\0') {
+  if (!env_switch_on("SPINDLE_CACHED_READS")) config.try_cached_reads = false;
+  if (char const* env = env_value("SPINDLE_TRACE"); config.trace_path.empty() && env != nullptr) {
     if constexpr (trace_sites) {
       config.trace_path = env;
     } else {
@@ -109,6 +111,11 @@ runtime_config resolve_config(runtime_config config) {
             stderr);
       });
     }
+  }
+  if (char const* env = env_value("SPINDLE_PLACEMENT")) {
+    std::string_view const v(env);
+    if (v == "global") config.placement = placement::global;
+    if (v == "p2c") config.placement = placement::p2c;
   }
   return config;
 }
@@ -122,6 +129,43 @@ constexpr io_host::calls host_calls{
     },
 };
 
+// What spawn() and spawn_batch() fill in a root's header (already in
+// front of the frame, task_frame_allocate) before it is listed or queued:
+// its resume point, its promise's offset, its scheduler and, for dump(),
+// where it was spawned.
+void init_root(task_header* task, std::coroutine_handle<> root, promise_base* promise,
+               scheduler* sched, std::uint64_t spawn_site) noexcept {
+  task->resume_point = root;
+  // The promise follows the frame's resume and destroy pointers (16 bytes,
+  // or its alignment): far below 256.
+  std::ptrdiff_t const promise_offset = reinterpret_cast<char*>(promise) - task->frame_address();
+  assert(promise_offset >= 0 && promise_offset < 256);
+  task->promise_offset = static_cast<std::uint8_t>(promise_offset);
+  task->sched = sched;
+  task->spawn_site = spawn_site;
+}
+
+// When, for dump() (in spawn_time_shift units): a worker's spawn takes its
+// tick's start instead of reading the clock. Elsewhere the coarse monotonic
+// clock (the same clock as steady_clock, read at the last scheduler tick of
+// the kernel: a few ms behind at most): a full clock read costs a spawn from
+// outside a third more where the clock source is slow (measured on
+// spawn_many_remote_idle).
+std::uint32_t spawn_time_now(worker const* w) noexcept {
+  if (w != nullptr) return spawn_time_of(w->tick_start_ns);
+  return spawn_time_of(coarse_now_ns());
+}
+
+// A root the closed gate refused: the caller's handle gets a cancelled task.
+// The state goes first: it makes the block the header's, so destroying the
+// frame leaves the block to the handle.
+void refuse_root(task_header* task, std::coroutine_handle<> root) noexcept {
+  task->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
+                    std::memory_order_release);
+  task->cancelled_before_finish = true;
+  root.destroy();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -132,7 +176,10 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       host_(this, host_calls),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, config_.workers, config_.budget, config_.seed,
-            idle_tiers{config_.idle_spins, config_.idle_yields}),
+            idle_tiers{config_.idle_spins, config_.idle_yields}, config_.placement,
+            static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(config_.stalled_lifo_threshold)
+                    .count())),
       owned_(config_.workers + 1),
       blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
@@ -160,6 +207,9 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
     for (; launched < n; ++launched) {
       worker* w = core_.workers[launched].get();
       w->thread = std::thread([this, w, &started, &errors] {
+        // Where the worker runs, for its victim order (topology.hpp).
+        int const pinned = config_.pin_threads ? pin_to_cpu(w->index) : -1;
+        w->cpu = pinned >= 0 ? pinned : ::sched_getcpu();
         try {
           driver_->on_worker_start(w->index);
         } catch (...) {
@@ -176,6 +226,14 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       started.count_down();
   }
   started.wait();
+  if (n > 1 && launch_error == nullptr) {
+    // Every worker has recorded its CPU (before count_down): the victim
+    // orders, published to workers that may already search.
+    std::vector<int> cpus(n);
+    for (std::size_t i = 0; i < n; ++i)
+      cpus[i] = core_.workers[i]->cpu;
+    core_.set_victim_orders(build_victim_orders(cached_topology(), cpus, config_.seed));
+  }
   std::exception_ptr first = launch_error;
   for (auto& e : errors) {
     if (first == nullptr && e != nullptr) first = e;
@@ -232,10 +290,13 @@ void scheduler::drain_queues() noexcept {
     if (!release_if_stale(task) && !task->listed) owned_.link(task, shard);
   };
   for (auto& w : core_.workers) {
-    if (task_header* t = std::exchange(w->lifo_slot, nullptr)) consume(t);
+    if (task_header* t = w->lifo_slot.exchange(nullptr, std::memory_order_relaxed)) consume(t);
     while (w->batch_head != w->batch_len)
       consume(w->batch[w->batch_head++]);
     while (task_header* t = w->queue.pop())
+      consume(t);
+    task_header* t = nullptr;
+    while (w->remote.try_take(&t, 1) == 1)
       consume(t);
   }
   while (task_header* t = core_.inject.pop())
@@ -247,49 +308,25 @@ void scheduler::drain_queues() noexcept {
 
 task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise,
                               spawn_location where) {
-  // The header is already there, in front of the frame (task_frame_allocate).
   task_header* task = task_header::of_frame(root.address());
-  task->resume_point = root;
-  // The promise follows the frame's resume and destroy pointers (16 bytes,
-  // or its alignment): far below 256.
-  std::ptrdiff_t const promise_offset = reinterpret_cast<char*>(promise) - task->frame_address();
-  assert(promise_offset >= 0 && promise_offset < 256);
-  task->promise_offset = static_cast<std::uint8_t>(promise_offset);
-  task->sched = this;
-  // For dump(): where (stored before the call below, so that `where` needs
-  // no register across it), and when: a worker's spawn takes its tick's
-  // start as the spawn time instead of reading the clock.
-  task->spawn_site = spawn_site_of(where);
+  // The site is stored before the call below, so that `where` needs no
+  // register across it.
+  init_root(task, root, promise, this, spawn_site_of(where));
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
-  if (w != nullptr) {
-    task->spawn_time = static_cast<std::uint32_t>(w->tick_start_ns >> spawn_time_shift);
-  } else {
-    // The coarse monotonic clock (the same clock as steady_clock, read at
-    // the last scheduler tick of the kernel: a few ms behind at most): a
-    // full clock read costs a spawn from outside a third more where the
-    // clock source is slow (measured on spawn_many_remote_idle).
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    std::uint64_t const ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000U +
-                             static_cast<std::uint64_t>(now.tv_nsec);
-    task->spawn_time = static_cast<std::uint32_t>(ns >> spawn_time_shift);
-  }
+  task->spawn_time = spawn_time_now(w);
 
+  // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
+  // tasks) may destroy it at once, and a stamp after that went into a freed
+  // block (found by test_stress's spawns racing shutdown, under ASan).
+  task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
   // through its queue until it first suspends); a spawn from elsewhere is
   // listed at once, under the gate's lock.
   if (w != nullptr ? owned_.closed() : !owned_.insert(task, core_.workers.size())) {
-    // Refused atomically: the caller gets a handle to a cancelled task. The
-    // state goes first: it makes the block the header's, so destroying the
-    // frame leaves the block to the handle.
-    task->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
-                      std::memory_order_release);
-    task->cancelled_before_finish = true;
-    root.destroy();
+    refuse_root(task, root);  // refused atomically
     return task;
   }
-  task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
   if (w != nullptr) {
     w->counters.spawned.add();
     core_.schedule_local(w, task, false);
@@ -298,6 +335,41 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     core_.push_remote(task);
   }
   return task;
+}
+
+void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, std::size_t n,
+                            spawn_location where) {
+  if (n == 0) return;
+  thread_context& ctx = this_thread_context();
+  worker* w = ctx.sched == this ? ctx.self : nullptr;
+  // As spawn() does for each, with one site and one time for the batch.
+  std::uint64_t const site = spawn_site_of(where);
+  std::uint32_t const spawn_time = spawn_time_now(w);
+  for (std::size_t i = 0; i < n; ++i) {
+    task_header* task = task_header::of_frame(roots[i].frame.address());
+    init_root(task, roots[i].frame, roots[i].promise, this, site);
+    task->spawn_time = spawn_time;
+    // Stamped before it is listed (as in spawn()).
+    task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                      std::memory_order_relaxed);
+    out[i] = task;
+  }
+  // One look at the gate for the batch: a worker's reads the flag, one from
+  // elsewhere lists the whole batch under one lock.
+  if (w != nullptr ? owned_.closed() : !owned_.insert_batch(out, n, core_.workers.size())) {
+    for (std::size_t i = 0; i < n; ++i)
+      refuse_root(out[i], roots[i].frame);
+    return;
+  }
+  if (w != nullptr) {
+    w->counters.spawned.add(n);
+    core_.schedule_local_batch(w, out, n);
+  } else {
+    remote_spawned_.fetch_add(n, std::memory_order_release);
+    for (std::size_t i = 0; i + 1 < n; ++i)
+      out[i]->next = out[i + 1];
+    core_.push_remote_batch(out[0], out[n - 1], n);
+  }
 }
 
 void scheduler::schedule(task_header* task) noexcept {
@@ -341,7 +413,6 @@ void scheduler::run_worker(worker* w) {
   ctx.sched = this;
   ctx.self = w;
   ctx.trace = w->trace;
-  if (config_.pin_threads) pin_to_cpu(w->index);
   w->inline_stack_limit = half_stack_mark();
 
   while (!shutdown_.load(std::memory_order_acquire)) {
@@ -371,10 +442,20 @@ void scheduler::run_worker(worker* w) {
     switch (core_.after_tick(w, polls != 0 || reaped != 0 || fired != 0)) {
       case scheduler_core::idle_step::run:
         break;
-      case scheduler_core::idle_step::spin:
+      case scheduler_core::idle_step::spin: {
         for (std::uint32_t i = 0; i < worker::idle_spin_pauses; ++i)
           cpu_relax();
+        // A searcher whose steal rounds keep failing waits longer between
+        // them (exponential, bounded: scheduler_core::backoff_ns).
+        if (std::uint64_t backoff = core_.backoff_ns(w); backoff != 0) {
+          std::uint64_t const until = steady_now_ns() + backoff;
+          do {
+            for (std::uint32_t i = 0; i < worker::idle_spin_pauses; ++i)
+              cpu_relax();
+          } while (steady_now_ns() < until);
+        }
         break;
+      }
       case scheduler_core::idle_step::yield:
         ::sched_yield();
         break;
@@ -400,7 +481,9 @@ void scheduler::park_worker(worker* w) noexcept {
   while (!shutdown_.load(std::memory_order_acquire)) {
     // Sleep until the next timer of this worker's wheel at the latest; a
     // timer armed from another thread meanwhile unparks us to re-read it.
-    std::uint64_t deadline = timer_deadline_ns(w);
+    // The watcher of stalled LIFO slots (if this worker is it) wakes on
+    // its period too.
+    std::uint64_t deadline = std::min(timer_deadline_ns(w), core_.watch_deadline_ns(w));
     std::uint64_t const slept = trace != nullptr ? steady_now_ns() : 0;
     if (driver_->park_in_driver(w->index)) {
       w->park.park_in_driver(*driver_, w->index, deadline);
@@ -484,6 +567,11 @@ task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promis
                             "spindle: spawn of an empty task");
   }
   return sched->spawn(root, promise, where);
+}
+
+void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,
+                 spawn_location where) {
+  sched->spawn_batch(roots, out, n, where);
 }
 
 }  // namespace spindle::detail

@@ -126,17 +126,30 @@ void join_detach(task_header* task) noexcept {
     // remains until the task completes, so this one is never the last, and
     // completion reports an exception nobody can take any more.
     if (worker* w = this_thread_context().self;
-        w != nullptr && w->lifo_slot == task && !task->listed) {
-      // Spawned by this worker and never polled: nobody else can reach the
-      // task yet (a LIFO slot is not stolen, nothing can wake or abort a
-      // task that never ran but through this handle, the only one, and a
-      // stop_token's callback is registered by the task's first poll), so a
-      // plain store does it. A task is listed by the end of its first poll
-      // that does not complete it (scheduler::poll_held), so a task woken
-      // into the LIFO slot, which a waker, a timer, I/O or an abort from
-      // another thread can reach, always takes the CAS below.
-      task->state.store((s & ~task_state::join_bits) - sb::ref_one, std::memory_order_relaxed);
-      return;
+        w != nullptr && w->lifo_slot.load(std::memory_order_relaxed) == task) {
+      // Spawned by this worker and never polled: once it is out of the LIFO
+      // slot (where only a rescue of a stalled worker could take it,
+      // scheduler_core::rescue_lifo) nobody else can reach the task
+      // (nothing can wake or abort a task that never ran but through this
+      // handle, the only one, and a stop_token's callback is registered by
+      // the task's first poll), so a plain store does it, and the task goes
+      // back. A task is listed by the end of its first poll that does not
+      // complete it (scheduler::poll_held), so a task woken into the LIFO
+      // slot, which a waker, a timer, I/O or an abort from another thread
+      // can reach, always takes the CAS below.
+      // `listed` is read only once the task is out of the slot: before
+      // that, a rescue may take it and its poll write the same byte
+      // (TSan: join_detach's read against owned_tasks::link_locked).
+      task_header* expected = task;
+      if (w->lifo_slot.compare_exchange_strong(expected, nullptr, std::memory_order_acquire,
+                                               std::memory_order_relaxed)) {
+        bool const never_polled = !task->listed;
+        if (never_polled) {
+          task->state.store((s & ~task_state::join_bits) - sb::ref_one, std::memory_order_relaxed);
+        }
+        w->lifo_slot.store(task, std::memory_order_release);
+        if (never_polled) return;
+      }
     }
     if (task_state::drop_join_if_running(task, s)) return;
   }
@@ -207,10 +220,18 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // In this worker's LIFO slot (spawned just now): take it out, no entry is
   // left. Anywhere else (ring, global queue, another worker's ring): claim
   // it; its entry stays behind as a stale one holding a reference.
-  bool from_lifo = w->lifo_slot == task;
+  // Out of the slot first (a rescue may race for it); put back if the
+  // claim fails.
+  task_header* expected = task;
+  bool const from_lifo =
+      w->lifo_slot.load(std::memory_order_relaxed) == task &&
+      w->lifo_slot.compare_exchange_strong(expected, nullptr, std::memory_order_acquire,
+                                           std::memory_order_relaxed);
   std::uint64_t next = 0;
-  if (!task_state::claim_for_inline(task, from_lifo, next)) return false;
-  if (from_lifo) w->lifo_slot = nullptr;
+  if (!task_state::claim_for_inline(task, from_lifo, next)) {
+    if (from_lifo) w->lifo_slot.store(task, std::memory_order_release);
+    return false;
+  }
   w->counters.inline_polls.add();
   ++w->inline_depth;
   poll_held(w, task, next);

@@ -1,12 +1,17 @@
 // One worker: its queues, its park word, its counters and its thread.
 //
-// Shape: LIFO slot (one task, owner only), run queue (256-slot ring,
-// stealable), global batch buffer (32 tasks taken from the global queue,
-// owner only), park word, searching flag, transitioning-to-park guard, EWMA
-// state of the global-check interval, the hoard counter, the steal RNG and
-// the worker's timer wheel.
-// Thread-safety: everything but `queue`, `park`, `transitioning_to_park`,
-// `timers` (its own lock) and `counters` is touched only by the worker's own thread.
+// Shape: LIFO slot (one task: the owner pushes and pops it; a searcher may
+// take it when the worker is stalled, see scheduler_core::rescue_lifo), run
+// queue (256-slot ring, stealable), inbox (placement::p2c's remote spawns,
+// MPSC), global batch buffer (32 tasks taken from the global queue, owner
+// only), park word, searching flag, transitioning-to-park guard, EWMA state
+// of the global-check interval, the hoard counter, the steal RNG, the victim
+// order (topology.hpp), the steal back-off and the worker's timer wheel.
+// Thread-safety: everything but `queue`, `remote` (inbox.hpp), `lifo_slot`,
+// `stall_seen`, `park`, `transitioning_to_park`, `timers` (its own lock) and
+// `counters` is touched only by the worker's own thread (`cpu` is written
+// before the worker starts its loop; `victims` is an atomic pointer
+// published later).
 // Design source: Volt's per-worker resources, Tokio's worker.rs.
 #pragma once
 
@@ -17,11 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "inbox.hpp"
 #include "park.hpp"
 #include "rng.hpp"
 #include "run_queue.hpp"
 #include "spindle/task_info.hpp"
 #include "timer_shard.hpp"
+#include "topology.hpp"
 #include "worker_stats.hpp"
 
 namespace spindle::detail {
@@ -48,7 +55,21 @@ struct worker {
   std::size_t index;
 
   run_queue queue;
-  task_header* lifo_slot = nullptr;
+  /// Tasks placed on this worker from outside the workers (placement::p2c).
+  inbox remote;
+  /// The LIFO slot. The owner stores into an empty slot with a plain
+  /// release store and takes a task out with an exchange; a searcher that
+  /// rescues a stalled worker's task exchanges it out (rescue_lifo), so
+  /// every task leaves the slot exactly once.
+  std::atomic<task_header*> lifo_slot{nullptr};
+  /// The last stall observation of this worker by a searcher or watcher:
+  /// {low 32 bits of counters.polled: u32, time in us: u32}; written by any
+  /// of them (one word, so a reader never pairs a count with another
+  /// observation's time). A worker whose poll count stays the same for the
+  /// stall threshold while its LIFO slot holds a task is stalled
+  /// (scheduler_core::rescue_lifo); polls run inline (a join) count, so a
+  /// task that awaits its children is not taken for a stalled one.
+  std::atomic<std::uint64_t> stall_seen{~std::uint64_t{0} << 32};
   std::array<task_header*, batch_capacity> batch{};
   std::uint32_t batch_head = 0;
   std::uint32_t batch_len = 0;
@@ -83,6 +104,9 @@ struct worker {
   std::uint32_t global_interval = initial_global_interval;
   double avg_task_ns = 1'000'000.0 / initial_global_interval;
   std::uint32_t hoard = 0;
+  /// Which of inbox and global queue the next global-check interval looks at
+  /// first (they alternate).
+  bool global_first = false;
   /// Tiered idle (scheduler_core::after_tick): an idle worker's spin tier
   /// pauses the CPU this many times between two looks for work (about a
   /// microsecond).
@@ -93,6 +117,25 @@ struct worker {
   /// steady_clock ns at the start of the current tick: the spawn time of
   /// the tasks spawned in it (runtime::dump()'s age).
   std::uint64_t tick_start_ns = 0;
+  /// Whom to steal from, nearest first (nullptr, or no victims: every
+  /// other worker, in a random order from `rng`). Published once, after
+  /// every worker has started (scheduler_core::set_victim_orders); the
+  /// worker may already search meanwhile.
+  std::atomic<victim_order const*> victims{nullptr};
+  /// The CPU the worker runs on (pinned) or started on; -1 unknown.
+  int cpu = -1;
+  /// Steal rounds in a row that found nothing (the back-off's exponent;
+  /// scheduler_core::backoff_ns).
+  std::uint32_t steal_failures = 0;
+  /// This worker holds the watch over stalled LIFO slots while it is parked
+  /// (scheduler_core::watch_deadline_ns), and the period it sleeps for.
+  bool watching = false;
+  std::uint64_t watch_period_ns = 0;
+  /// Owner-only figures for the simulation and tests: victims probed,
+  /// tasks stolen per level of the victim order, LIFO tasks rescued.
+  std::uint64_t steal_probes = 0;
+  std::array<std::uint64_t, steal_levels> steals_by_level{};
+  std::uint64_t lifo_rescues = 0;
 
   /// runtime::dump(): the last request this worker answered (owner only),
   /// the request its answer in `dump_found` is for (release; the dumping
@@ -115,7 +158,8 @@ struct worker {
   std::thread thread;
 
   [[nodiscard]] bool has_local_tasks() const noexcept {
-    return lifo_slot != nullptr || batch_head != batch_len || !queue.is_empty();
+    return lifo_slot.load(std::memory_order_relaxed) != nullptr || batch_head != batch_len ||
+           !queue.is_empty();
   }
 };
 

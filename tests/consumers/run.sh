@@ -123,6 +123,12 @@ if run "cmake consumer" cmake -S "$work/cmake" -B "$work/cmake-build" -G Ninja \
 else
   ko "CMake project through find_package(spindle CONFIG REQUIRED)"
 fi
+# spindle::spindle passes -foptimize-sibling-calls on (GCC and clang).
+if grep -q -e '-foptimize-sibling-calls' "$work/cmake-build/build.ninja" 2>/dev/null; then
+  ok "spindle::spindle compiles the consumer with -foptimize-sibling-calls"
+else
+  ko "spindle::spindle does not pass -foptimize-sibling-calls"
+fi
 # The version file refuses another minor release before 1.0.
 mkdir -p "$work/cmake-version"
 cat >"$work/cmake-version/CMakeLists.txt" <<'CMAKE'
@@ -152,6 +158,11 @@ if run "pkg-config" $pc --exists --print-errors spindle &&
   ok "Makefile through pkg-config --cflags --libs spindle: $(head -n1 "$log")"
 else
   ko "Makefile through pkg-config --cflags --libs spindle"
+fi
+if cflags=$($pc --cflags spindle) && [[ " $cflags " == *" -foptimize-sibling-calls "* ]]; then
+  ok "pkg-config --cflags spindle has -foptimize-sibling-calls"
+else
+  ko "pkg-config --cflags spindle lacks -foptimize-sibling-calls: ${cflags:-}"
 fi
 unset PKG_CONFIG_PATH
 # A missing file is an error message, not an abort.

@@ -124,7 +124,8 @@ class pid {
   template <class>
   friend class process_context;
   template <class M, class F>
-  friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts);
+  friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts,
+                                     spawn_location where);
   explicit constexpr pid(std::uint64_t v) noexcept : value_(v) {}
   std::uint64_t value_ = 0;
 };
@@ -288,7 +289,7 @@ struct process_block : process_base {
     if (head != &stub) delete static_cast<mailbox_node<Msg>*>(head);
     head = next;
     took();
-    if (process_extras* e = extras.load(std::memory_order_relaxed); e != nullptr && e->room)
+    if (process_extras* e = extras.load(std::memory_order_acquire); e != nullptr && e->room)
       e->room->release(1);
     return out;
   }
@@ -380,7 +381,8 @@ class process_context : private detail::process_block<Msg> {
 
  private:
   template <class M, class F>
-  friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts);
+  friend pid<M> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts,
+                                     spawn_location where);
 
   process_context() noexcept = default;
   [[nodiscard]] detail::process_block<Msg>* block() noexcept { return this; }
@@ -453,12 +455,14 @@ class process_context<Msg>::receive_for_awaiter : detail::timed_receive_base {
   std::chrono::nanoseconds d_;
 };
 
-/// Spawns a process on `sched` (spawn_process and runtime::spawn_process).
-/// The process is the body's own task (its header and frame: one block)
-/// plus its pid table slot; a body callable with state and a bounded
-/// mailbox add one small allocation (process_extras).
+/// Spawns a process on `sched` (spawn_process and runtime::spawn_process),
+/// its task recorded as spawned at `where` for runtime::dump(). The process
+/// is the body's own task (its header and frame: one block) plus its pid
+/// table slot; a body callable with state and a bounded mailbox add one
+/// small allocation (process_extras).
 template <class Msg, class F>
-pid<Msg> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts) {
+pid<Msg> detail_spawn_process(detail::scheduler* sched, F&& body, process_options opts,
+                              spawn_location where) {
   static_assert(std::is_move_constructible_v<Msg>, "spindle: process messages must be movable");
   using body_t = std::decay_t<F>;
   static_assert(std::is_invocable_r_v<task<void>, body_t&, process_context<Msg>&>,
@@ -503,7 +507,7 @@ pid<Msg> detail_spawn_process(detail::scheduler* sched, F&& body, process_option
   b->notify = &detail::process_task_done;
   // From here the pid table owns the process; we hold one reference on it.
   detail::pid_publish(v, b, sched);
-  detail::task_header* h = detail::spawn_root(sched, frame, &frame.promise());
+  detail::task_header* h = detail::spawn_root(sched, frame, &frame.promise(), where);
   // The join interest keeps the header (and so the frame's block) until the
   // slot is freed; its waiter is the process's end.
   if (!detail::join_register(h, b)) detail::process_task_done(b);
@@ -514,24 +518,27 @@ pid<Msg> detail_spawn_process(detail::scheduler* sched, F&& body, process_option
 /// Spawns a process on the runtime of the calling thread (a worker, a thread
 /// inside block_on, a process, a fiber). `body(process_context<Msg>&)` must
 /// return task<void>; it is moved into the process and lives as long as it.
-/// Elsewhere throws std::system_error(std::errc::operation_not_permitted).
+/// runtime::dump() shows the process's task as spawned at `where` (the
+/// caller's line). Elsewhere throws
+/// std::system_error(std::errc::operation_not_permitted).
 template <class Msg, class F>
-pid<Msg> spawn_process(F&& body, process_options opts = {}) {
+pid<Msg> spawn_process(F&& body, process_options opts = {},
+                       spawn_location where = spawn_location::current()) {
   detail::scheduler* sched = detail::current_scheduler();
   if (sched == nullptr) {
     throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
                             "spindle::spawn_process called outside a spindle runtime");
   }
-  return detail_spawn_process<Msg>(sched, std::forward<F>(body), opts);
+  return detail_spawn_process<Msg>(sched, std::forward<F>(body), opts, where);
 }
 
 template <class Msg, class F>
-pid<Msg> runtime::spawn_process(F&& body, process_options opts) {
-  return detail_spawn_process<Msg>(sched_.get(), std::forward<F>(body), opts);
+pid<Msg> runtime::spawn_process(F&& body, process_options opts, spawn_location where) {
+  return detail_spawn_process<Msg>(sched_.get(), std::forward<F>(body), opts, where);
 }
 template <class Msg, class F>
-pid<Msg> runtime::spawn_process(F&& body) {
-  return detail_spawn_process<Msg>(sched_.get(), std::forward<F>(body), process_options{});
+pid<Msg> runtime::spawn_process(F&& body, spawn_location where) {
+  return detail_spawn_process<Msg>(sched_.get(), std::forward<F>(body), process_options{}, where);
 }
 
 /// Sends `msg` to `to` from any thread; never blocks. Returns false (and
@@ -546,7 +553,7 @@ bool send(pid<Msg> const& to, std::type_identity_t<Msg> msg) {
   if (base == nullptr) return false;
   auto* b = static_cast<detail::process_block<Msg>*>(base);
   bool ok = true;
-  detail::process_extras* e = b->extras.load(std::memory_order_relaxed);
+  detail::process_extras* e = b->extras.load(std::memory_order_acquire);
   if (e != nullptr && e->room && !e->room->try_acquire(1)) {
     ok = false;
   } else {
@@ -572,7 +579,7 @@ SPINDLE_COROUTINE_TEMPLATE task<bool> send_async(pid<Msg> to, std::type_identity
     ~release_guard() { detail::pid_release(v); }
   } guard{to.value()};
   auto* b = static_cast<detail::process_block<Msg>*>(base);
-  detail::process_extras* e = b->extras.load(std::memory_order_relaxed);
+  detail::process_extras* e = b->extras.load(std::memory_order_acquire);
   if (e != nullptr && e->room) co_await e->room->acquire(1);
   if (b->finished.load(std::memory_order_acquire)) co_return false;
   b->push(std::move(msg));

@@ -13,7 +13,8 @@
 // with `automatic` it falls back to the thread-pool backend instead.
 // std::system_error(std::errc::resource_unavailable_try_again) when a worker
 // thread cannot be started; std::system_error(std::errc::invalid_argument)
-// for max_blocking_threads == 0, a negative blocking_keep_alive or more than
+// for max_blocking_threads == 0, a negative blocking_keep_alive or
+// stalled_lifo_threshold, or more than
 // max_workers (65,535) workers. block_on called from one of this
 // runtime's workers throws std::system_error(std::errc::resource_deadlock_would_occur).
 //
@@ -54,10 +55,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <ranges>
 #include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "spindle/awaitable.hpp"
 #include "spindle/detail/blocking_job.hpp"
@@ -83,6 +86,25 @@ enum class io_backend : std::uint8_t {
   threadpool,  ///< blocking system calls on a pool of threads
 };
 
+/// Where a task spawned or woken from a thread that is not one of the
+/// runtime's workers (the main thread, a block_on thread, a blocking-pool or
+/// foreign thread) is queued (runtime_config::placement). Spawns and wakes
+/// on a worker always go to that worker's own queues.
+/// Design source: Veloq's executor (seed 003): power of two choices.
+enum class placement : std::uint8_t {
+  /// One global (inject) queue that every worker takes batches from (Tokio's
+  /// and Volt's). The default.
+  global,
+  /// Power of two choices: the task goes into the inbox of the less loaded
+  /// of two workers drawn by the runtime's seeded RNG (load: its ring's
+  /// length plus its inbox's, read without synchronisation), which is
+  /// woken if it is parked. A worker looks at its inbox before the global
+  /// queue, with the global queue's batch and fairness rules; searching
+  /// workers take from other workers' inboxes too, so a task never waits
+  /// behind a busy or sleeping owner while another worker is idle.
+  p2c,
+};
+
 /// The most worker threads a runtime may have.
 inline constexpr std::size_t max_workers = 65535;
 
@@ -91,7 +113,9 @@ struct runtime_config {
   std::size_t workers = 0;  ///< worker threads (<= max_workers); 0 = hardware_concurrency()
   std::uint64_t seed = 0x853c49e6748fea9bULL;  ///< victim-selection RNG seed
   std::uint32_t budget = 128;                  ///< polls per tick (>= 1; 8x for nested join polls)
-  bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu
+  bool pin_threads = false;                    ///< pin worker i to CPU i % ncpu; the steal order
+                                               ///< follows the CPU topology from the pinned CPUs
+                                               ///< (unpinned: from the CPU each worker starts on)
   io_backend io = io_backend::automatic;       ///< see io_backend; env SPINDLE_IO=uring|threadpool
                                                ///< applies when this is `automatic`
   std::uint32_t ring_entries = 256;            ///< io_uring submission queue entries per worker
@@ -129,6 +153,19 @@ struct runtime_config {
   /// overrides both. How the defaults were measured: docs/tuning.md.
   std::uint32_t idle_spins = 0;
   std::uint32_t idle_yields = 4;  ///< see idle_spins
+  /// Stalled-worker rescue (Tokio issue #4941): the task in a worker's LIFO
+  /// slot (the one it spawned or woke last, which it runs next) cannot be
+  /// stolen like the tasks of its ring, so a task that polls for a long time
+  /// without yielding strands it. Once a worker has finished no poll for
+  /// this long while its LIFO slot holds a task, a searching worker, or the
+  /// parked worker that watches for stalls (it wakes at this period, backing
+  /// off to 1 ms while it finds none, and sleeps without a deadline when
+  /// every worker is parked), takes that task and runs it. The owner's
+  /// cost is one atomic exchange per LIFO pop. Granularity 1 us; 0 turns
+  /// the rescue off (Tokio's behaviour); negative throws
+  /// std::system_error(std::errc::invalid_argument). Design source: Tokio
+  /// issue #4941 and its reverted PR #7431 (docs/design.md, "Stealing").
+  std::chrono::microseconds stalled_lifo_threshold{100};
   /// How long the destructor waits for the bodies of cancelled processes
   /// (spindle/process.hpp) to end before it destroys their frames (ms, >= 0).
   std::chrono::milliseconds process_shutdown_timeout{5000};
@@ -156,6 +193,10 @@ struct runtime_config {
   /// worker's last `trace_buffer_events` events (the count overwritten is
   /// in the file's otherData.overwritten_events).
   std::size_t trace_buffer_events = 65536;
+  /// Where spawns and wakes from threads that are not workers go (see
+  /// placement). The environment variable SPINDLE_PLACEMENT=global|p2c
+  /// overrides it (other values are ignored).
+  spindle::placement placement = spindle::placement::global;
 };
 
 namespace detail {
@@ -174,6 +215,19 @@ class scheduler;
 /// runtime (destroying `root`), then (invalid_argument) when `root` is empty.
 [[nodiscard]] task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
                                             spawn_location where);
+/// One root of a spawn_roots batch: its frame and its promise.
+struct spawn_root_entry {
+  std::coroutine_handle<> frame;
+  promise_base* promise;
+};
+/// Spawns roots[0..n) on `sched` as spawn_root does each, with one queue
+/// operation and at most one wake, all recorded as spawned at `where`;
+/// out[i] receives the header of roots[i].
+void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,
+                 spawn_location where);
+/// Spawns every task of `range` (moved out) on `sched`: spawn_batch.
+template <class R>
+auto spawn_range(scheduler* sched, R&& range, spawn_location where);
 /// Throws std::system_error(resource_deadlock_would_occur) when the calling
 /// thread is one of `sched`'s workers (before anything is spawned).
 void check_block_on_allowed(scheduler* sched);
@@ -239,6 +293,23 @@ class runtime {
     return join_handle<T>{detail::spawn_root(sched_.get(), frame, &frame.promise(), where)};
   }
 
+  /// Spawns every task of `tasks` (a range of task<T>, each moved out of
+  /// it) from any thread, as spawn() would one by one, and returns their
+  /// join handles in the range's order (a std::vector<join_handle<T>>).
+  /// The whole batch is queued with one
+  /// queue operation and at most one wake-up: from a worker, its run queue
+  /// (what does not fit goes to the global queue in one batch); from
+  /// another thread, the global queue or, under placement::p2c, one
+  /// worker's inbox (seed 000's spawn_batch). After shutdown every handle
+  /// reports task_cancelled. An empty task in the range throws
+  /// std::system_error(std::errc::invalid_argument) before anything is
+  /// spawned (the tasks taken from the range so far are destroyed unrun).
+  template <std::ranges::input_range R>
+  requires detail::is_task_v<std::remove_cvref_t<std::ranges::range_reference_t<R>>>
+  auto spawn_batch(R&& tasks, spawn_location where = spawn_location::current()) {
+    return detail::spawn_range(sched_.get(), std::forward<R>(tasks), where);
+  }
+
   /// Spawns any other awaitable as a task that co_awaits it; `a` is moved
   /// (or copied) into the task. A non-awaitable or immovable argument fails
   /// to compile with a message.
@@ -288,11 +359,13 @@ class runtime {
   auto fold(G const& graph, F const& fold, N root, fold_policy policy);
   /// Spawns a process taking messages of type Msg from any thread; see
   /// spindle/process.hpp, which defines it (include it, or spindle.hpp).
+  /// runtime::dump() shows the process's task as spawned at `where`.
   template <class Msg, class F>
-  pid<Msg> spawn_process(F&& body, process_options opts);
+  pid<Msg> spawn_process(F&& body, process_options opts,
+                         spawn_location where = spawn_location::current());
   /// As above, with the default process_options (unbounded mailbox).
   template <class Msg, class F>
-  pid<Msg> spawn_process(F&& body);
+  pid<Msg> spawn_process(F&& body, spawn_location where = spawn_location::current());
 
   /// A snapshot of the counters (any thread).
   [[nodiscard]] runtime_stats stats() const;
@@ -309,7 +382,8 @@ class runtime {
   [[nodiscard]] spindle::io_backend io_backend_in_use() const noexcept;
   /// The configuration in force (any thread): what was given, with `workers`
   /// resolved (0 becomes the core count), `budget` at least 1, and the
-  /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE).
+  /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE,
+  /// SPINDLE_PLACEMENT).
   [[nodiscard]] runtime_config const& config() const noexcept;
 
   /// The scheduler (for spindle's own tests, which reach its private headers).
@@ -326,6 +400,21 @@ template <class T>
 join_handle<T> spawn(task<T> t, spawn_location where = spawn_location::current()) {
   auto frame = t.release();
   return join_handle<T>{detail::spawn_on_current(frame, frame ? &frame.promise() : nullptr, where)};
+}
+
+/// runtime::spawn_batch on the runtime of the calling thread (a worker or a
+/// thread inside block_on): the tasks of `tasks`, queued with one queue
+/// operation and at most one wake, and their join handles in order.
+/// Elsewhere throws std::system_error(std::errc::operation_not_permitted).
+template <std::ranges::input_range R>
+requires detail::is_task_v<std::remove_cvref_t<std::ranges::range_reference_t<R>>>
+auto spawn_batch(R&& tasks, spawn_location where = spawn_location::current()) {
+  detail::scheduler* sched = detail::current_scheduler();
+  if (sched == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "spindle::spawn_batch called outside a spindle runtime");
+  }
+  return detail::spawn_range(sched, std::forward<R>(tasks), where);
 }
 
 /// spawn of any other awaitable on the runtime of the calling thread, as
@@ -356,6 +445,38 @@ requires detail::blocking_callable<F> join_handle<detail::blocking_result_t<F>> 
   return join_handle<detail::blocking_result_t<F>>{
       detail::spawn_root(sched, frame, &frame.promise(), where)};
 }
+
+namespace detail {
+template <class R>
+auto spawn_range(scheduler* sched, R&& range, spawn_location where) {
+  using task_type = std::remove_cvref_t<std::ranges::range_reference_t<R>>;
+  using value_type = typename task_type::value_type;
+  std::vector<task_type> owned;
+  if constexpr (std::ranges::sized_range<R>) owned.reserve(std::ranges::size(range));
+  for (auto&& t : range) {
+    if (!t.valid()) {
+      throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                              "spindle: spawn_batch of an empty task");
+    }
+    owned.push_back(std::move(t));
+  }
+  // Every allocation before the first frame leaves its task: nothing can
+  // throw once the frames are released.
+  std::vector<spawn_root_entry> roots;
+  roots.reserve(owned.size());
+  std::vector<task_header*> headers(owned.size());
+  std::vector<join_handle<value_type>> handles;
+  handles.reserve(owned.size());
+  for (auto& t : owned) {
+    auto frame = t.release();
+    roots.push_back({frame, &frame.promise()});
+  }
+  spawn_roots(sched, roots.data(), headers.data(), roots.size(), where);
+  for (task_header* h : headers)
+    handles.push_back(join_handle<value_type>{h});
+  return handles;
+}
+}  // namespace detail
 
 /// Awaitable that re-queues the current task at the back of its worker's run
 /// queue so that other tasks run first. Outside a spindle task it completes

@@ -223,7 +223,7 @@ pid<payload> spawn_step_on(scheduler* sched, step_handlers const& handlers, std:
        input = std::move(input)](process_context<payload>& ctx) mutable {
         return step_main<P>(ctx, proc, h, std::move(method), std::move(input));
       },
-      process_options{});
+      process_options{}, spawn_location{});
 }
 
 }  // namespace detail

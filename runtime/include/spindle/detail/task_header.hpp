@@ -180,6 +180,11 @@ static_assert(sizeof(task_header) == task_frame_prefix,
 /// task_header::spawn_time's unit: steady_clock ns >> spawn_time_shift.
 inline constexpr unsigned spawn_time_shift = 20;
 
+/// `ns` (steady_clock ns) in task_header::spawn_time's units, modulo 2^32.
+[[nodiscard]] constexpr std::uint32_t spawn_time_of(std::uint64_t ns) noexcept {
+  return static_cast<std::uint32_t>(ns >> spawn_time_shift);
+}
+
 /// A task's id in runtime::dump() and in traces: its header's address / 16,
 /// unique among the live tasks (a task spawned after another ended may
 /// reuse its id).

@@ -1,0 +1,146 @@
+// A worker's inbox: where spawns and wakes from threads that are not workers
+// go under placement::p2c (runtime_config::placement).
+//
+// Shape: an intrusive multi-producer queue of task headers linked through
+// task_header::next (Vyukov's node-based MPSC queue: a producer exchanges
+// the tail, then links the previous tail to its first node; the consumer
+// walks from a stub node the inbox owns), a count of pushed tasks that
+// producers raise after linking and one of taken tasks that the consumer
+// raises (each on its own side's cache line), and a consumer
+// flag: whoever holds it (the owning worker, a stealer, a block_on thread
+// helping) is the single consumer for that moment. A batch of tasks, already
+// linked first..last, is pushed with one exchange.
+//
+// A producer preempted between its exchange and its link hides the nodes
+// behind it until it links (Vyukov's window): take() then returns fewer
+// tasks than len() says, and the rest are found on a later look. The pushed
+// count is raised only after the link, so a reader that sees a task counted
+// can also reach it once the producers before it have linked.
+//
+// Thread-safety: push from any thread; take under the consumer flag, which
+// try_take acquires (any thread; false when another consumer holds it);
+// len/is_empty from any thread (a relaxed estimate while racing).
+// Design source: Veloq's per-worker mesh inbox (seed 003), Dmitry Vyukov's
+// intrusive MPSC node-based queue.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "spindle/detail/task_header.hpp"
+
+namespace spindle::detail {
+
+class inbox {
+ public:
+  inbox() noexcept : tail_(&stub_), head_(&stub_) {}
+  inbox(inbox const&) = delete;
+  inbox& operator=(inbox const&) = delete;
+
+  /// Appends the list first..last (linked through next) of `count` tasks
+  /// with one exchange. Any thread. The count is raised with a seq_cst RMW,
+  /// which orders the push before the caller's look at the idle state.
+  void push(task_header* first, task_header* last, std::size_t count) noexcept {
+    link_of(last).store(nullptr, std::memory_order_relaxed);
+    task_header* prev = tail_.exchange(last, std::memory_order_acq_rel);
+    link_of(prev).store(first, std::memory_order_release);
+    pushed_.fetch_add(count, std::memory_order_seq_cst);
+  }
+  void push(task_header* task) noexcept { push(task, task, 1); }
+
+  /// Acquires the consumer flag: true when the caller may take().
+  [[nodiscard]] bool try_lock_consumer() noexcept {
+    return !consuming_.load(std::memory_order_relaxed) &&
+           !consuming_.exchange(true, std::memory_order_acquire);
+  }
+  void unlock_consumer() noexcept { consuming_.store(false, std::memory_order_release); }
+
+  /// Consumer (holding the flag): removes up to `max` tasks from the front in
+  /// FIFO order into out[0..n) and returns n (fewer than len() says while a
+  /// producer is between its exchange and its link).
+  std::size_t take(task_header** out, std::size_t max) noexcept {
+    std::size_t n = 0;
+    while (n < max) {
+      task_header* task = pop_one();
+      if (task == nullptr) break;
+      out[n++] = task;
+    }
+    if (n != 0) taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_release);
+    return n;
+  }
+
+  /// take() under the flag, or 0 when another consumer holds it.
+  std::size_t try_take(task_header** out, std::size_t max) noexcept {
+    if (!try_lock_consumer()) return 0;
+    std::size_t n = take(out, max);
+    unlock_consumer();
+    return n;
+  }
+
+  /// Tasks pushed and not yet taken (an estimate while racing; never
+  /// negative).
+  [[nodiscard]] std::size_t len() const noexcept {
+    return difference(pushed_.load(std::memory_order_relaxed),
+                      taken_.load(std::memory_order_relaxed));
+  }
+  /// len() == 0, read with seq_cst loads (the parking side of the wake-up
+  /// check, against push's seq_cst RMW).
+  [[nodiscard]] bool is_empty() const noexcept {
+    return difference(pushed_.load(std::memory_order_seq_cst),
+                      taken_.load(std::memory_order_seq_cst)) == 0;
+  }
+
+ private:
+  // pushed - taken, or 0 when a consumer took tasks whose producers have
+  // not counted them yet (the count follows the link).
+  static std::size_t difference(std::uint64_t pushed, std::uint64_t taken) noexcept {
+    return pushed > taken ? static_cast<std::size_t>(pushed - taken) : 0;
+  }
+
+  static std::atomic_ref<task_header*> link_of(task_header* t) noexcept {
+    return std::atomic_ref<task_header*>(t->next);
+  }
+
+  // Vyukov's pop: head_ is the oldest node (the stub when the consumer has
+  // taken everything it could reach).
+  task_header* pop_one() noexcept {
+    task_header* head = head_;
+    task_header* next = link_of(head).load(std::memory_order_acquire);
+    if (head == &stub_) {
+      if (next == nullptr) return nullptr;
+      head_ = next;
+      head = next;
+      next = link_of(next).load(std::memory_order_acquire);
+    }
+    if (next != nullptr) {
+      head_ = next;
+      return head;
+    }
+    // `head` is the last linked node: unless a producer is linking behind
+    // it, put the stub behind it so that it can be taken.
+    if (head != tail_.load(std::memory_order_acquire)) return nullptr;
+    link_of(&stub_).store(nullptr, std::memory_order_relaxed);
+    task_header* prev = tail_.exchange(&stub_, std::memory_order_acq_rel);
+    link_of(prev).store(&stub_, std::memory_order_release);
+    next = link_of(head).load(std::memory_order_acquire);
+    if (next != nullptr) {
+      head_ = next;
+      return head;
+    }
+    return nullptr;
+  }
+
+  // Producers' end and their count: one line. The consumer's end, its flag
+  // and its count: another. The stub, which a producer links to when the
+  // inbox was empty, a third (it would take the consumer's line away).
+  // len() = pushed_ - taken_.
+  alignas(64) std::atomic<task_header*> tail_;
+  std::atomic<std::uint64_t> pushed_{0};
+  alignas(64) std::atomic<bool> consuming_{false};
+  task_header* head_;                    // guarded by consuming_
+  std::atomic<std::uint64_t> taken_{0};  // written under consuming_
+  alignas(64) task_header stub_;
+};
+
+}  // namespace spindle::detail

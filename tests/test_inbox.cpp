@@ -1,0 +1,371 @@
+// The worker inbox (runtime/src/inbox.hpp) and placement::p2c (seed 003):
+//  - the inbox alone: FIFO, batch pushes, the consumer flag, and many
+//    producers against several consumers taking turns (every task taken
+//    once, each producer's tasks in its order);
+//  - the decisions (scheduler_core, one thread, fake tasks): a p2c push goes
+//    to the less loaded of two workers and claims it when it is parked; a
+//    worker looks at its inbox before the global queue; a searcher takes
+//    half of another worker's inbox; a worker does not park on a non-empty
+//    inbox; the placement RNG follows the seed;
+//  - whole runtimes with either placement: spawns and wakes from many
+//    outside threads while the workers park and unpark (no lost wake-up),
+//    and tasks placed on a worker that is stuck in a 50 ms poll still run
+//    on the other worker.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "core.hpp"
+#include "inbox.hpp"
+#include "runtime_test_support.hpp"
+#include "spindle/notify.hpp"
+#include "spindle/runtime.hpp"
+
+namespace {
+
+using spindle::placement;
+using spindle::detail::core_platform;
+using spindle::detail::inbox;
+using spindle::detail::scheduler_core;
+using spindle::detail::task_header;
+using spindle::detail::worker;
+
+TEST(Inbox, IsFifoAcrossSinglePushesAndBatches) {
+  spindle_test::fake_tasks t(8);
+  inbox box;
+  EXPECT_TRUE(box.is_empty());
+  box.push(t[0]);
+  t[1]->next = t[2];
+  t[2]->next = t[3];
+  box.push(t[1], t[3], 3);
+  box.push(t[4]);
+  EXPECT_EQ(box.len(), 5u);
+  task_header* out[8] = {};
+  EXPECT_EQ(box.try_take(out, 2), 2u);
+  EXPECT_EQ(out[0], t[0]);
+  EXPECT_EQ(out[1], t[1]);
+  EXPECT_EQ(box.len(), 3u);
+  EXPECT_EQ(box.try_take(out, 8), 3u);
+  EXPECT_EQ(out[0], t[2]);
+  EXPECT_EQ(out[1], t[3]);
+  EXPECT_EQ(out[2], t[4]);
+  EXPECT_TRUE(box.is_empty());
+  EXPECT_EQ(box.try_take(out, 8), 0u);
+  // Reusable after it emptied (the stub went back in behind the last task).
+  box.push(t[5]);
+  EXPECT_EQ(box.try_take(out, 8), 1u);
+  EXPECT_EQ(out[0], t[5]);
+}
+
+TEST(Inbox, OneConsumerAtATime) {
+  spindle_test::fake_tasks t(1);
+  inbox box;
+  box.push(t[0]);
+  ASSERT_TRUE(box.try_lock_consumer());
+  task_header* out = nullptr;
+  EXPECT_EQ(box.try_take(&out, 1), 0u) << "a second consumer got in";
+  EXPECT_FALSE(box.try_lock_consumer());
+  EXPECT_EQ(box.take(&out, 1), 1u);
+  box.unlock_consumer();
+  EXPECT_EQ(out, t[0]);
+}
+
+TEST(Inbox, ManyProducersSeveralConsumersEveryTaskOnceInEachProducersOrder) {
+  int const producers = 4;
+  int const per_producer = static_cast<int>(spindle_test::scaled(20'000, 5'000));
+  spindle_test::fake_tasks t(static_cast<std::size_t>(producers * per_producer));
+  auto id_of = [&](task_header* h) { return t.index(h); };
+  inbox box;
+  std::atomic<int> taken{0};
+  int const total = producers * per_producer;
+  // Consumers take turns under the consumer flag; what they take is
+  // appended to `order` while they hold it, so `order` is the take order.
+  std::vector<std::size_t> order;
+  order.reserve(static_cast<std::size_t>(total));
+  auto consume = [&] {
+    task_header* out[16];
+    while (taken.load(std::memory_order_relaxed) < total) {
+      if (!box.try_lock_consumer()) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::size_t n = box.take(out, 1 + order.size() % 16);
+      for (std::size_t i = 0; i < n; ++i)
+        order.push_back(id_of(out[i]));
+      box.unlock_consumer();
+      taken.fetch_add(static_cast<int>(n), std::memory_order_relaxed);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&, p] {
+      int i = 0;
+      while (i < per_producer) {
+        // Singles and batches of up to 7, linked in order.
+        int n = std::min(1 + i % 7, per_producer - i);
+        std::size_t base = static_cast<std::size_t>(p * per_producer + i);
+        for (int k = 0; k + 1 < n; ++k)
+          t[base + static_cast<std::size_t>(k)]->next = t[base + static_cast<std::size_t>(k) + 1];
+        box.push(t[base], t[base + static_cast<std::size_t>(n) - 1], static_cast<std::size_t>(n));
+        i += n;
+      }
+    });
+  }
+  for (int c = 0; c < 3; ++c)
+    threads.emplace_back(consume);
+  for (auto& th : threads)
+    th.join();
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(total));
+  std::vector<int> next(static_cast<std::size_t>(producers), 0);
+  std::vector<bool> seen(static_cast<std::size_t>(total), false);
+  for (std::size_t id : order) {
+    ASSERT_FALSE(seen[id]) << "task " << id << " taken twice";
+    seen[id] = true;
+    auto p = static_cast<std::size_t>(static_cast<int>(id) / per_producer);
+    EXPECT_EQ(static_cast<int>(id) % per_producer, next[p]) << "producer " << p << " out of order";
+    next[p] = static_cast<int>(id) % per_producer + 1;
+  }
+  EXPECT_TRUE(box.is_empty());
+}
+
+// ---- the decisions
+
+class recording_platform final : public core_platform {
+ public:
+  void unpark_worker(std::size_t index) noexcept override { unparked.push_back(index); }
+  void remote_push_unnoticed() noexcept override {}
+  std::vector<std::size_t> unparked;
+};
+
+struct p2c_fixture {
+  explicit p2c_fixture(std::size_t workers, std::uint64_t seed = 1)
+      : core(platform, workers, 128, seed, {}, placement::p2c) {}
+  recording_platform platform;
+  spindle_test::fake_tasks tasks{512};
+  scheduler_core core;
+};
+
+TEST(P2c, APushGoesToTheLessLoadedOfTwoWorkers) {
+  p2c_fixture f(2);
+  worker* w0 = f.core.workers[0].get();
+  // Worker 0's ring holds 10 tasks: with two workers both are drawn every
+  // time, so every remote push goes to worker 1.
+  for (std::size_t i = 0; i < 10; ++i)
+    f.core.schedule_local(w0, f.tasks[i], true);
+  for (std::size_t i = 10; i < 15; ++i)
+    f.core.push_remote(f.tasks[i]);
+  EXPECT_EQ(f.core.workers[0]->remote.len(), 0u);
+  EXPECT_EQ(f.core.workers[1]->remote.len(), 5u);
+  EXPECT_TRUE(f.core.inject.is_empty()) << "p2c put a remote push in the global queue";
+  // The load counts the inbox too: further pushes even the two out.
+  for (std::size_t i = 15; i < 30; ++i)
+    f.core.push_remote(f.tasks[i]);
+  // 30 tasks in all end split 15 / 15.
+  EXPECT_EQ(f.core.workers[0]->remote.len(), 5u);
+  EXPECT_EQ(f.core.workers[1]->remote.len(), 15u);
+}
+
+TEST(P2c, APushClaimsItsWorkerWhenItIsParked) {
+  p2c_fixture f(4);
+  for (auto& w : f.core.workers) {
+    EXPECT_EQ(f.core.next_task(w.get()), nullptr);
+    ASSERT_TRUE(f.core.begin_park(w.get()));
+  }
+  f.core.push_remote(f.tasks[0]);
+  std::size_t target = 4;
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (f.core.workers[i]->remote.len() == 1) target = i;
+  }
+  ASSERT_LT(target, 4u);
+  ASSERT_EQ(f.platform.unparked.size(), 1u);
+  EXPECT_EQ(f.platform.unparked[0], target) << "the inbox's owner was not the one woken";
+  EXPECT_FALSE(f.core.idle.is_parked(target));
+  // It wakes, searching, and finds the task in its inbox.
+  worker* w = f.core.workers[target].get();
+  EXPECT_TRUE(f.core.finish_wakeup(w));
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+}
+
+TEST(P2c, AWorkerLooksAtItsInboxBeforeTheGlobalQueue) {
+  p2c_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  f.core.inject.push(f.tasks[0]);
+  f.core.push_remote(f.tasks[1]);
+  EXPECT_EQ(f.core.next_task(w), f.tasks[1]);
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+  EXPECT_EQ(f.core.next_task(w), nullptr);
+}
+
+TEST(P2c, AnInboxIsTakenInBatchesAndNotStarvedByLocalWork) {
+  p2c_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  for (std::size_t i = 0; i < 100; ++i)
+    f.core.push_remote(f.tasks[i]);
+  // A batch buffer's worth per look (32), FIFO.
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+  EXPECT_EQ(w->remote.len(), 68u);
+  for (std::size_t i = 1; i < 32; ++i)
+    EXPECT_EQ(f.core.next_task(w), f.tasks[i]);
+  // Local work that never ends: the inbox is still looked at every
+  // global-check interval (20 polls before the first tick is measured).
+  std::size_t from_inbox = 0;
+  for (std::size_t poll = 0; poll < 200; ++poll) {
+    task_header* t = f.core.next_task(w);
+    ASSERT_NE(t, nullptr);
+    if (f.tasks.index(t) >= 32 && f.tasks.index(t) < 100) ++from_inbox;
+    f.core.schedule_local(w, f.tasks[200 + poll % 2], true);  // a yield loop
+  }
+  EXPECT_GT(from_inbox, 0u) << "local work starved the inbox";
+}
+
+TEST(P2c, ASearcherTakesHalfOfAnotherWorkersInbox) {
+  p2c_fixture f(2);
+  worker* w0 = f.core.workers[0].get();
+  worker* w1 = f.core.workers[1].get();
+  // Tasks land in worker 0's inbox while worker 0 is busy (in a long poll:
+  // it does not look), worker 1's ring being loaded.
+  for (std::size_t i = 0; i < 200; ++i)
+    f.core.schedule_local(w1, f.tasks[300 + i % 100], true);
+  for (std::size_t i = 0; i < 40; ++i)
+    f.core.push_remote(f.tasks[i]);
+  ASSERT_EQ(w0->remote.len(), 40u);
+  // Worker 1 empties its ring (the tasks finish), then searches.
+  std::size_t n = 0;
+  while (w1->queue.len() != 0) {
+    ASSERT_NE(f.core.next_task(w1), nullptr);
+    ++n;
+  }
+  task_header* t = f.core.next_task(w1);
+  ASSERT_NE(t, nullptr) << "the searcher did not look at the other inbox";
+  EXPECT_EQ(t, f.tasks[0]);
+  EXPECT_EQ(w0->remote.len(), 20u) << "a searcher takes the larger half";
+  EXPECT_EQ(w1->counters.stolen.get(), 20u);
+}
+
+TEST(P2c, AWorkerDoesNotParkOnANonEmptyInbox) {
+  p2c_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  EXPECT_EQ(f.core.next_task(w), nullptr);
+  f.core.push_remote(f.tasks[0]);
+  EXPECT_FALSE(f.core.begin_park(w));
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+}
+
+TEST(P2c, ThePlacementFollowsTheSeed) {
+  auto picks = [](std::uint64_t seed) {
+    recording_platform platform;
+    scheduler_core core(platform, 8, 128, seed, {}, placement::p2c);
+    std::vector<std::size_t> out;
+    for (int i = 0; i < 64; ++i)
+      out.push_back(core.choose_p2c());
+    return out;
+  };
+  EXPECT_EQ(picks(7), picks(7));
+  EXPECT_NE(picks(7), picks(8));
+}
+
+// ---- whole runtimes
+
+std::vector<placement> const both = {placement::global, placement::p2c};
+
+// These tests run each placement themselves: SPINDLE_PLACEMENT, which
+// overrides runtime_config::placement, is dropped before main() (before any
+// thread starts), so that `SPINDLE_PLACEMENT=p2c meson test` runs them as
+// written.
+[[maybe_unused]] bool const placement_env_dropped = [] {
+  ::unsetenv("SPINDLE_PLACEMENT");
+  return true;
+}();
+
+char const* name_of(placement p) {
+  return p == placement::p2c ? "p2c" : "global";
+}
+
+spindle::task<void> bump(std::atomic<int>* n) {
+  n->fetch_add(1, std::memory_order_relaxed);
+  co_return;
+}
+
+spindle::task<void> wait_then_bump(spindle::notify* gate, std::atomic<int>* n) {
+  co_await gate->wait();
+  n->fetch_add(1, std::memory_order_relaxed);
+}
+
+TEST(P2c, OutsideThreadsSpawnAndWakeWhileWorkersParkNoLostWakeUp) {
+  // Four outside threads spawn tasks and wake tasks suspended on a notify,
+  // in bursts with pauses that let the workers park in between; every
+  // spawned task must run and every woken one resume (a lost wake-up hangs
+  // and the test times out).
+  int const rounds = static_cast<int>(spindle_test::scaled(2000, 400));
+  for (placement where : both) {
+    SCOPED_TRACE(name_of(where));
+    spindle::runtime rt{{.workers = 2, .idle_yields = 0, .placement = where}};
+    ASSERT_EQ(rt.config().placement, where);
+    std::atomic<int> ran{0};
+    std::vector<std::thread> outside;
+    for (int th = 0; th < 4; ++th) {
+      outside.emplace_back([&, th] {
+        for (int r = 0; r < rounds; ++r) {
+          std::vector<spindle::join_handle<void>> handles;
+          spindle::notify gate;
+          handles.push_back(rt.spawn(wait_then_bump(&gate, &ran)));
+          for (int k = 0; k < 1 + (r + th) % 5; ++k)
+            handles.push_back(rt.spawn(bump(&ran)));
+          gate.notify_one();  // a wake from outside (or a stored permit)
+          for (auto& h : handles) {
+            while (!h.is_finished())
+              std::this_thread::yield();
+          }
+          if ((r + th) % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      });
+    }
+    for (auto& t : outside)
+      t.join();
+    int expected = 0;
+    for (int th = 0; th < 4; ++th) {
+      for (int r = 0; r < rounds; ++r)
+        expected += 2 + (r + th) % 5;
+    }
+    EXPECT_EQ(ran.load(), expected);
+    EXPECT_GT(rt.stats().total_parked, 0u) << "the workers never parked";
+  }
+}
+
+spindle::task<void> hog(std::atomic<bool>* started, std::atomic<int>* ran, int until) {
+  started->store(true, std::memory_order_release);
+  // One long poll: the other worker must run what was placed here. It
+  // ends when everything ran, or after 20 s (then the check below fails).
+  auto const give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ran->load(std::memory_order_acquire) < until &&
+         std::chrono::steady_clock::now() < give_up) {
+  }
+  co_return;
+}
+
+TEST(P2c, TasksPlacedOnABusyWorkerRunOnTheOther) {
+  for (placement where : both) {
+    SCOPED_TRACE(name_of(where));
+    spindle::runtime rt{{.workers = 2, .placement = where}};
+    int const n = 2000;
+    std::atomic<bool> started{false};
+    std::atomic<int> ran{0};
+    auto h = rt.spawn(hog(&started, &ran, n));
+    while (!started.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    // Half of these land on the hog's worker's inbox under p2c (its load is
+    // the lower one whenever the other worker's inbox is longer).
+    std::vector<spindle::join_handle<void>> handles;
+    for (int i = 0; i < n; ++i)
+      handles.push_back(rt.spawn(bump(&ran)));
+    rt.block_on(std::move(h));
+    EXPECT_EQ(ran.load(), n) << "tasks were stranded behind the busy worker";
+  }
+}
+
+}  // namespace
