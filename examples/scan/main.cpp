@@ -31,6 +31,10 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// Descriptors of RLIMIT_NOFILE the scan's default window leaves to the rest
+// of the process (two: a pipe).
+constexpr std::size_t kFreeDescriptors = 2;
+
 // Descriptors this process has open now (/proc/self/fd), or 0 if unknown.
 std::size_t open_descriptors() {
   DIR* d = ::opendir("/proc/self/fd");
@@ -118,8 +122,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::size_t const workers = rt->worker_count();
+  // What the runtime left of RLIMIT_NOFILE (nullopt: no limit): half of it
+  // at most for directories (the walker's budget), the rest for files but
+  // kFreeDescriptors, which the scan never takes. A scan that opens until
+  // EMFILE would leave the rest of the process none at those moments: a
+  // thread starting, a socket, a pipe (UBSan's vptr check makes one for
+  // each type it has not seen yet and reports a valid object as invalid
+  // when it cannot).
+  std::optional<std::size_t> descriptor_budget;
+  if (::getrlimit(RLIMIT_NOFILE, &files_limit) == 0 && files_limit.rlim_cur != RLIM_INFINITY) {
+    std::size_t const open_now = open_descriptors();
+    auto const limit = static_cast<std::size_t>(files_limit.rlim_cur);
+    descriptor_budget = limit > open_now ? limit - open_now : 0;
+  }
   std::size_t in_flight = options.max_in_flight;
-  if (in_flight == 0) in_flight = std::clamp<std::size_t>(workers * 64, 128, 1024);
+  if (in_flight == 0) {
+    in_flight = std::clamp<std::size_t>(workers * 64, 128, 1024);
+    if (descriptor_budget) {
+      std::size_t const taken =
+          scan::walker::directories_within(*descriptor_budget) + kFreeDescriptors;
+      std::size_t const for_files = *descriptor_budget > taken ? *descriptor_budget - taken : 1;
+      in_flight = std::min(in_flight, for_files);
+    }
+  }
 
   scan::scanner sc(*matcher, options.buffer_size, console, format, print_zero, options.quiet,
                    in_flight);
@@ -142,13 +167,7 @@ int main(int argc, char** argv) {
   }
 
   scan::walker walk(sc);
-  // What the runtime left of RLIMIT_NOFILE: half of it at most for
-  // directories, the rest for files.
-  if (::getrlimit(RLIMIT_NOFILE, &files_limit) == 0 && files_limit.rlim_cur != RLIM_INFINITY) {
-    std::size_t const open_now = open_descriptors();
-    auto const limit = static_cast<std::size_t>(files_limit.rlim_cur);
-    walk.set_descriptor_budget(limit > open_now ? limit - open_now : 0);
-  }
+  if (descriptor_budget) walk.set_descriptor_budget(*descriptor_budget);
   // The walk is a task on a worker (block_on's thread only waits): the
   // workers walk and scan, as ripgrep's threads walk and search, with no
   // third thread competing for the cores and every spawn a local one.

@@ -76,7 +76,7 @@ void dir_ref::reset() noexcept {
 // body never started and the walk hung.
 
 void walker::set_descriptor_budget(std::size_t budget) noexcept {
-  max_dirs_ = std::max<std::size_t>(budget / 2, 2);
+  max_dirs_ = directories_within(budget);
   keep_depth_ = std::min(kMaxKeepDepth, budget / 8);
 }
 

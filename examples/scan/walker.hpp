@@ -125,6 +125,10 @@ class walker {
   /// at most half of them are given to directories, and up to a quarter
   /// (at most 64) to the ancestors the walker keeps open.
   void set_descriptor_budget(std::size_t budget) noexcept;
+  /// The directory descriptors a budget of `budget` allows: half, at least 2.
+  [[nodiscard]] static constexpr std::size_t directories_within(std::size_t budget) noexcept {
+    return budget / 2 > 2 ? budget / 2 : 2;
+  }
   [[nodiscard]] std::size_t max_directories() const noexcept { return max_dirs_; }
   [[nodiscard]] std::size_t keep_depth() const noexcept { return keep_depth_; }
   /// Directory descriptors alive now (the walker's and the scans').
