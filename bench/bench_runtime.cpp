@@ -24,6 +24,7 @@
 // bench/compare.py runs it.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "spindle/detail/frame_pool.hpp"
 #include "spindle/runtime.hpp"
 
 #if __has_include("spindle/oneshot.hpp")
@@ -172,15 +174,24 @@ task<void> count_down(std::atomic<int>* remaining, done_signal* done) {
   co_return;
 }
 
+// The spawning worker's frame pool misses (allocations that went to
+// malloc), summed over the iterations: spawn_many_local's counters.
+std::atomic<std::uint64_t> spawner_pool_misses{0};
+
 task<void> spawn_detached(int n, std::atomic<int>* remaining, done_signal* done) {
+  std::uint64_t const misses = spindle::detail::frame_pool_thread_counters().pool_misses;
   for (int i = 0; i < n; ++i)
     static_cast<void>(spindle::spawn(count_down(remaining, done)));
+  spawner_pool_misses.fetch_add(spindle::detail::frame_pool_thread_counters().pool_misses - misses,
+                                std::memory_order_relaxed);
   co_return;
 }
 
 void spawn_many_local(benchmark::State& state) {
   runtime rt{{.workers = workers_arg(state)}};
   done_signal done;
+  spawner_pool_misses.store(0);
+  spindle::runtime_stats const before = rt.stats();
   for (auto _ : state) {
     std::atomic<int> remaining{num_spawn};
     done.reset();
@@ -189,6 +200,33 @@ void spawn_many_local(benchmark::State& state) {
     done.wait();
   }
   state.SetItemsProcessed(state.iterations() * num_spawn);
+  // What tells the two modes apart (README, "spawn_many_local"): the share of
+  // the tasks other workers ran and stole, the spawner's ring overflows, the
+  // parks, and the spawner's pool misses.
+  spindle::runtime_stats const after = rt.stats();
+  auto const tasks = static_cast<double>(state.iterations()) * num_spawn;
+  auto const iterations = static_cast<double>(state.iterations());
+  state.counters["stolen_share"] =
+      static_cast<double>(after.total_stolen - before.total_stolen) / tasks;
+  // Polls on the workers other than the busiest one (the spawner, mostly),
+  // whichever way they got their tasks (steals, or the global queue after
+  // the spawner's ring overflowed).
+  std::uint64_t polls = 0;
+  std::uint64_t busiest = 0;
+  std::uint64_t overflows = 0;
+  for (std::size_t i = 0; i < after.workers.size(); ++i) {
+    std::uint64_t const p = after.workers[i].polled - before.workers[i].polled;
+    polls += p;
+    busiest = std::max(busiest, p);
+    overflows += after.workers[i].overflows - before.workers[i].overflows;
+  }
+  state.counters["others_share"] =
+      polls == 0 ? 0.0 : static_cast<double>(polls - busiest) / static_cast<double>(polls);
+  state.counters["overflows_per_iter"] = static_cast<double>(overflows) / iterations;
+  state.counters["parks_per_iter"] =
+      static_cast<double>(after.total_parked - before.total_parked) / iterations;
+  state.counters["spawner_misses_per_iter"] =
+      static_cast<double>(spawner_pool_misses.load()) / iterations;
 }
 
 // spawn_many_local_batch: the same 10,000 tasks with one spindle::spawn_batch.
