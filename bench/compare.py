@@ -2,6 +2,7 @@
 """Side-by-side benchmarks of spindle and its peers.
 
     bench/compare.py [--workers N] [--quick] [--out DIR] [--only SECTION ...]
+                     [--libfork DIR]
 
 Builds spindle (Meson, release, into build-bench/), the peers that can be
 built (Tokio with Debian's packaged crates, oneTBB, Boost.Asio, Boost.Fiber,
@@ -15,7 +16,11 @@ every workload on every system with the same worker count (default 2):
            placement::global (`spindle`, the default) and again with
            placement::p2c (`spindle-p2c`, SPINDLE_PLACEMENT=p2c), and the
            spawn_many_*_batch variants (the same spawns with one
-           spawn_batch call) on both
+           spawn_batch call) on both. With --libfork DIR (a libfork
+           checkout: header-only, not in Debian), libfork's lazy_pool runs
+           fib_30 and fib_35 too (bench/peers/libfork). The section ends with
+           the scheduler targets: each workload oneTBB expresses, chained_spawn
+           against Tokio, fib against libfork
   io       4 KiB random reads at queue depth 1 and 32, 128 KiB sequential
            reads at depth 8, warm (page cache) and cold (the file dropped
            from the cache with posix_fadvise where the kernel allows it):
@@ -212,6 +217,8 @@ PEER_WORKLOADS = {
                "fib_30", "fib_35"],
     "boost-asio": ["spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy",
                    "yield_many", "ping_pong", "chained_spawn", "spawn_await"],
+    # Only with --libfork DIR (libfork is not in Debian): fork-join fib.
+    "libfork": ["fib_30", "fib_35"],
 }
 # Google Benchmark name of each runtime workload in bench_runtime.
 GB_NAMES = {w: w for w in RUNTIME_WORKLOADS}
@@ -552,6 +559,46 @@ PLACEMENT_TARGETS = [
     ("p2c vs Tokio, remote_idle", "spawn_many_remote_idle", "spindle-p2c", "tokio", 0.3),
     ("p2c vs Tokio, remote_busy", "spawn_many_remote_busy", "spindle-p2c", "tokio", 0.3),
 ]
+
+
+# The scheduler targets of issue 19 against the peers: (label, workload,
+# peer, largest spindle/peer cost ratio that meets it). oneTBB: every
+# workload it can express; libfork (with --libfork DIR): fork-join fib.
+RUNTIME_TARGETS = [
+    (f"{w} vs oneTBB", w, "onetbb", 1.0) for w in PEER_WORKLOADS["onetbb"]
+] + [
+    ("chained_spawn vs Tokio", "chained_spawn", "tokio", 0.4),
+    ("fib_30 vs libfork", "fib_30", "libfork", 1.0),
+    ("fib_35 vs libfork", "fib_35", "libfork", 1.0),
+]
+
+
+def build_libfork(cfg, status):
+    """Compiles bench/peers/libfork/libfork_peer.cpp against the include/
+    directory of the libfork checkout cfg.libfork (header-only, not in
+    Debian; fetched by the user, never kept here) into build-bench/peers/.
+    None with the reason in status["libfork"] without --libfork or when it
+    does not compile."""
+    if cfg.libfork is None:
+        status["libfork"] = ("not built: no --libfork DIR (a libfork checkout, 3.8 tested; "
+                             "not packaged by Debian)")
+        return None
+    include = Path(cfg.libfork).resolve() / "include"
+    if not (include / "libfork.hpp").exists():
+        status["libfork"] = f"not built: no {include}/libfork.hpp"
+        return None
+    exe = BUILD / "peers" / "libfork_peer"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        run([cxx, "-std=c++20", "-O3", "-DNDEBUG", "-pthread", "-Wno-interference-size",
+             "-I", str(include), str(ROOT / "bench" / "peers" / "libfork" / "libfork_peer.cpp"),
+             "-o", str(exe)])
+    except RuntimeError as e:
+        status["libfork"] = f"build failed: {e}"
+        return None
+    status["libfork"] = f"built against {include}"
+    return exe
 
 
 def placement_checks(res):
@@ -1304,7 +1351,7 @@ def net(cfg, res, status, out_dir):
 SYSTEM_ORDER = ["spindle", "spindle-p2c", "spindle-task", "spindle-fold-pool", "spindle-spawn",
                 "spindle-sync-stat", "spindle-uring-stat", "spindle-no-trace-sites",
                 "spindle-traced", "sequential",
-                "tokio", "onetbb", "openmp", "gnu-du", "boost-asio", "boost-fiber",
+                "tokio", "onetbb", "libfork", "openmp", "gnu-du", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
                 "spindle-ring-only", "spindle-pool-only",
                 "fio-io_uring", "fio-psync", "ripgrep", "grep", "nginx", "redis"]
@@ -1764,6 +1811,9 @@ def main():
                     choices=["runtime", "io", "scan", "fiber", "process", "net", "fold",
                              "tracing"],
                     help="run only this section (repeatable)")
+    ap.add_argument("--libfork", metavar="DIR",
+                    help="a libfork checkout (header-only, not in Debian; 3.8 tested): the "
+                         "runtime section builds it as a fork-join fib peer")
     cfg = ap.parse_args()
     if cfg.workers < 1:
         ap.error("--workers must be at least 1")
@@ -1795,6 +1845,7 @@ def main():
             "tokio": build_tokio(status),
             "onetbb": build_cxx_peer("onetbb", "bench/peers/tbb_peer", status),
             "boost-asio": build_cxx_peer("boost-asio", "bench/peers/asio_peer", status),
+            "libfork": build_libfork(cfg, status),
         }
         workloads = [w for w in RUNTIME_WORKLOADS if not (cfg.quick and w == "fib_35")]
         if cfg.quick:
@@ -1834,6 +1885,7 @@ def main():
     checks = []
     if "runtime" in sections:
         checks += placement_checks(res)
+        checks += target_checks(res, RUNTIME_TARGETS)
     if "fiber" in sections:
         boost_fiber = build_cxx_peer("boost-fiber", "bench/peers/boost_fiber_peer", status)
         go = build_go(status)
