@@ -206,6 +206,9 @@ struct sim_result {
   std::uint64_t fibers = 0, fiber_switches = 0, fiber_migrations = 0, fiber_trace = 0;
   // Placement: seeds run with p2c, and tasks that went through an inbox.
   std::uint64_t p2c_seeds = 0, inbox_pushes = 0, inbox_steals = 0;
+  // Seeds that stole in the order of the synthetic topology (the others
+  // steal flat: every victim counts as "rest").
+  std::uint64_t topology_seeds = 0;
 };
 
 class simulation {
@@ -246,6 +249,7 @@ class simulation {
       for (std::size_t i = 0; i < workers_; ++i)
         cpus[i] = static_cast<int>(shared ? i / 2 : i);
       core_.set_victim_orders(spindle::detail::build_victim_orders(topo, cpus, seed));
+      topology_ = true;
     }
   }
 
@@ -272,6 +276,7 @@ class simulation {
     result_.tasks = next_unused_;
     result_.unparks = platform_.unparks;
     result_.p2c_seeds = placement_ == spindle::placement::p2c ? 1 : 0;
+    result_.topology_seeds = topology_ ? 1 : 0;
     for (auto const& t : tasks_)
       result_.runs += t.polls;
     for (auto const& w : core_.workers) {
@@ -813,6 +818,7 @@ class simulation {
   bool trace_;
   spindle::detail::xorshift64 rng_;
   spindle::placement placement_;
+  bool topology_ = false;  // stealing in the synthetic topology's order
   std::size_t workers_;
   std::uint32_t budget_;
   spindle::detail::idle_tiers tiers_;
@@ -933,6 +939,7 @@ TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
   for (std::size_t n : {std::size_t{16}, std::size_t{64}, std::size_t{256}}) {
     sim_result total;
     std::uint64_t max_searching = 0;
+    std::uint64_t flat_steal_ops = 0;  // steal operations of the seeds without a topology
     for (long s = 1; s <= seeds; ++s) {
       simulation sim(static_cast<std::uint64_t>(s) * 7919 + n, /*trace=*/false, -1, n);
       try {
@@ -946,8 +953,13 @@ TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
         total.rescues += r.rescues;
         total.parks += r.parks;
         total.unparks += r.unparks;
-        for (std::size_t l = 0; l < r.by_level.size(); ++l)
-          total.by_level[l] += r.by_level[l];
+        total.topology_seeds += r.topology_seeds;
+        if (r.topology_seeds != 0) {
+          for (std::size_t l = 0; l < r.by_level.size(); ++l)
+            total.by_level[l] += r.by_level[l];
+        } else {
+          flat_steal_ops += r.steal_ops;
+        }
         max_searching = std::max(max_searching, r.max_searching);
       } catch (sim_failure const& e) {
         FAIL() << e.what();
@@ -972,11 +984,15 @@ TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
         per(total.steal_ops, total.tasks), per(total.probes, total.tasks),
         1000.0 * per(total.probes, total.steps * n), static_cast<unsigned long long>(total.rescues),
         per(total.parks, total.tasks), static_cast<unsigned long long>(max_searching));
-    std::printf("  steal operations by level: SMT %llu, LLC %llu, node %llu, rest %llu\n",
-                static_cast<unsigned long long>(total.by_level[0]),
-                static_cast<unsigned long long>(total.by_level[1]),
-                static_cast<unsigned long long>(total.by_level[2]),
-                static_cast<unsigned long long>(total.by_level[3]));
+    std::printf(
+        "  steal operations by level of the %llu seed(s) with a topology: SMT %llu, LLC %llu, "
+        "node %llu, rest %llu; %llu of the flat seeds\n",
+        static_cast<unsigned long long>(total.topology_seeds),
+        static_cast<unsigned long long>(total.by_level[0]),
+        static_cast<unsigned long long>(total.by_level[1]),
+        static_cast<unsigned long long>(total.by_level[2]),
+        static_cast<unsigned long long>(total.by_level[3]),
+        static_cast<unsigned long long>(flat_steal_ops));
   }
 }
 
