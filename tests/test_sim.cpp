@@ -72,6 +72,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core.hpp"
@@ -209,6 +210,38 @@ struct sim_result {
   // Seeds that stole in the order of the synthetic topology (the others
   // steal flat: every victim counts as "rest").
   std::uint64_t topology_seeds = 0;
+
+  /// Adds another seed's counts (a total over seeds): every count, and the
+  /// most searchers of either; fiber_trace (a hash) and workers are kept.
+  sim_result& operator+=(sim_result const& r) noexcept {
+    for (auto [mine, theirs] : {std::pair{&steps, r.steps},
+                                {&tasks, r.tasks},
+                                {&runs, r.runs},
+                                {&steals, r.steals},
+                                {&parks, r.parks},
+                                {&overflows, r.overflows},
+                                {&unparks, r.unparks},
+                                {&notified_requeues, r.notified_requeues},
+                                {&inline_claims, r.inline_claims},
+                                {&stale_released, r.stale_released},
+                                {&turned_live, r.turned_live},
+                                {&spins, r.spins},
+                                {&steal_ops, r.steal_ops},
+                                {&probes, r.probes},
+                                {&rescues, r.rescues},
+                                {&fibers, r.fibers},
+                                {&fiber_switches, r.fiber_switches},
+                                {&fiber_migrations, r.fiber_migrations},
+                                {&p2c_seeds, r.p2c_seeds},
+                                {&inbox_pushes, r.inbox_pushes},
+                                {&inbox_steals, r.inbox_steals},
+                                {&topology_seeds, r.topology_seeds}})
+      *mine += theirs;
+    for (std::size_t l = 0; l < by_level.size(); ++l)
+      by_level[l] += r.by_level[l];
+    max_searching = std::max(max_searching, r.max_searching);
+    return *this;
+  }
 };
 
 class simulation {
@@ -861,27 +894,7 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
   for (long s = 1; s <= seeds; ++s) {
     simulation sim(static_cast<std::uint64_t>(s), /*trace=*/false);
     try {
-      sim_result r = sim.run();
-      total.steps += r.steps;
-      total.tasks += r.tasks;
-      total.runs += r.runs;
-      total.steals += r.steals;
-      total.parks += r.parks;
-      total.overflows += r.overflows;
-      total.unparks += r.unparks;
-      total.notified_requeues += r.notified_requeues;
-      total.inline_claims += r.inline_claims;
-      total.stale_released += r.stale_released;
-      total.turned_live += r.turned_live;
-      total.spins += r.spins;
-      total.fibers += r.fibers;
-      total.fiber_switches += r.fiber_switches;
-      total.fiber_migrations += r.fiber_migrations;
-      total.p2c_seeds += r.p2c_seeds;
-      total.inbox_pushes += r.inbox_pushes;
-      total.inbox_steals += r.inbox_steals;
-      total.rescues += r.rescues;
-      total.steal_ops += r.steal_ops;
+      total += sim.run();
     } catch (sim_failure const& e) {
       FAIL() << e.what();
     }
@@ -938,34 +951,19 @@ TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
   long const seeds = spindle_test::scaled(8, 2);
   for (std::size_t n : {std::size_t{16}, std::size_t{64}, std::size_t{256}}) {
     sim_result total;
-    std::uint64_t max_searching = 0;
-    std::uint64_t flat_steal_ops = 0;  // steal operations of the seeds without a topology
+    sim_result topology;  // the seeds that drew the synthetic topology
+    sim_result flat;      // the others (their steals all count as "rest")
     for (long s = 1; s <= seeds; ++s) {
       simulation sim(static_cast<std::uint64_t>(s) * 7919 + n, /*trace=*/false, -1, n);
       try {
-        sim_result r = sim.run();
-        total.steps += r.steps;
-        total.tasks += r.tasks;
-        total.runs += r.runs;
-        total.steals += r.steals;
-        total.steal_ops += r.steal_ops;
-        total.probes += r.probes;
-        total.rescues += r.rescues;
-        total.parks += r.parks;
-        total.unparks += r.unparks;
-        total.topology_seeds += r.topology_seeds;
-        if (r.topology_seeds != 0) {
-          for (std::size_t l = 0; l < r.by_level.size(); ++l)
-            total.by_level[l] += r.by_level[l];
-        } else {
-          flat_steal_ops += r.steal_ops;
-        }
-        max_searching = std::max(max_searching, r.max_searching);
+        sim_result const r = sim.run();
+        total += r;
+        (r.topology_seeds != 0 ? topology : flat) += r;
       } catch (sim_failure const& e) {
         FAIL() << e.what();
       }
     }
-    EXPECT_LE(2 * max_searching, n);
+    EXPECT_LE(2 * total.max_searching, n);
     EXPECT_GT(total.steals, 0u);
     // Rescues at the sizes this test is for; the 16-worker row is there for
     // comparison, and the sanitizers' 2 seeds of it may draw no stall (the
@@ -983,16 +981,16 @@ TEST(Simulation, SixtyFourAndTwoHundredFiftySixWorkers) {
         n, seeds, static_cast<unsigned long long>(total.tasks), per(total.steals, total.tasks),
         per(total.steal_ops, total.tasks), per(total.probes, total.tasks),
         1000.0 * per(total.probes, total.steps * n), static_cast<unsigned long long>(total.rescues),
-        per(total.parks, total.tasks), static_cast<unsigned long long>(max_searching));
+        per(total.parks, total.tasks), static_cast<unsigned long long>(total.max_searching));
     std::printf(
         "  steal operations by level of the %llu seed(s) with a topology: SMT %llu, LLC %llu, "
         "node %llu, rest %llu; %llu of the flat seeds\n",
-        static_cast<unsigned long long>(total.topology_seeds),
-        static_cast<unsigned long long>(total.by_level[0]),
-        static_cast<unsigned long long>(total.by_level[1]),
-        static_cast<unsigned long long>(total.by_level[2]),
-        static_cast<unsigned long long>(total.by_level[3]),
-        static_cast<unsigned long long>(flat_steal_ops));
+        static_cast<unsigned long long>(topology.topology_seeds),
+        static_cast<unsigned long long>(topology.by_level[0]),
+        static_cast<unsigned long long>(topology.by_level[1]),
+        static_cast<unsigned long long>(topology.by_level[2]),
+        static_cast<unsigned long long>(topology.by_level[3]),
+        static_cast<unsigned long long>(flat.steal_ops));
   }
 }
 
