@@ -18,27 +18,20 @@
 #include <vector>
 
 #include "core.hpp"
+#include "core_test_support.hpp"
 #include "runtime_test_support.hpp"
 
 namespace {
 
-using spindle::detail::core_platform;
 using spindle::detail::idle_tiers;
 using spindle::detail::scheduler_core;
 using spindle::detail::task_header;
 using spindle::detail::worker;
 
-class quiet_platform final : public core_platform {
- public:
-  void unpark_worker(std::size_t index) noexcept override { unparked.push_back(index); }
-  void remote_push_unnoticed() noexcept override {}
-  std::vector<std::size_t> unparked;
-};
-
 struct core_fixture {
   explicit core_fixture(std::size_t workers, std::uint64_t seed = 1, idle_tiers tiers = {})
       : core(platform, workers, 128, seed, tiers) {}
-  quiet_platform platform;
+  spindle_test::recording_platform platform;
   spindle_test::fake_tasks tasks{1024};
   scheduler_core core;
 };

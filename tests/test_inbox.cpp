@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core.hpp"
+#include "core_test_support.hpp"
 #include "inbox.hpp"
 #include "runtime_test_support.hpp"
 #include "spindle/notify.hpp"
@@ -29,7 +30,6 @@
 namespace {
 
 using spindle::placement;
-using spindle::detail::core_platform;
 using spindle::detail::inbox;
 using spindle::detail::scheduler_core;
 using spindle::detail::task_header;
@@ -135,17 +135,10 @@ TEST(Inbox, ManyProducersSeveralConsumersEveryTaskOnceInEachProducersOrder) {
 
 // ---- the decisions
 
-class recording_platform final : public core_platform {
- public:
-  void unpark_worker(std::size_t index) noexcept override { unparked.push_back(index); }
-  void remote_push_unnoticed() noexcept override {}
-  std::vector<std::size_t> unparked;
-};
-
 struct p2c_fixture {
   explicit p2c_fixture(std::size_t workers, std::uint64_t seed = 1)
       : core(platform, workers, 128, seed, {}, placement::p2c) {}
-  recording_platform platform;
+  spindle_test::recording_platform platform;
   spindle_test::fake_tasks tasks{512};
   scheduler_core core;
 };
@@ -258,7 +251,7 @@ TEST(P2c, AWorkerDoesNotParkOnANonEmptyInbox) {
 
 TEST(P2c, ThePlacementFollowsTheSeed) {
   auto picks = [](std::uint64_t seed) {
-    recording_platform platform;
+    spindle_test::recording_platform platform;
     scheduler_core core(platform, 8, 128, seed, {}, placement::p2c);
     std::vector<std::size_t> out;
     for (int i = 0; i < 64; ++i)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core.hpp"
+#include "core_test_support.hpp"
 #include "owned_tasks.hpp"
 #include "runtime_test_support.hpp"
 #include "spindle/channel.hpp"
@@ -24,7 +25,6 @@
 namespace {
 
 using spindle::placement;
-using spindle::detail::core_platform;
 using spindle::detail::scheduler_core;
 using spindle::detail::task_header;
 using spindle::detail::worker;
@@ -189,13 +189,6 @@ TEST(SpawnBatch, OwnedListsWrapTheShardIndexOfABatch) {
 
 // ---- the decisions
 
-class counting_platform final : public core_platform {
- public:
-  void unpark_worker(std::size_t index) noexcept override { unparked.push_back(index); }
-  void remote_push_unnoticed() noexcept override {}
-  std::vector<std::size_t> unparked;
-};
-
 void park_all(scheduler_core& core) {
   for (auto& w : core.workers) {
     EXPECT_EQ(core.next_task(w.get()), nullptr);
@@ -210,7 +203,7 @@ void link(spindle_test::fake_tasks& t, std::size_t from, std::size_t n) {
 
 TEST(SpawnBatch, FromOutsideOneQueueOperationAndOneWake) {
   for (placement where : {placement::global, placement::p2c}) {
-    counting_platform platform;
+    spindle_test::recording_platform platform;
     spindle_test::fake_tasks t(100);
     scheduler_core core(platform, 4, 128, 1, {}, where);
     park_all(core);
@@ -234,7 +227,7 @@ TEST(SpawnBatch, FromOutsideOneQueueOperationAndOneWake) {
 }
 
 TEST(SpawnBatch, FromAWorkerTheRingThenOneOverflowBatchAndOneWake) {
-  counting_platform platform;
+  spindle_test::recording_platform platform;
   spindle_test::fake_tasks t(400);
   scheduler_core core(platform, 2, 128, 1);
   worker* w0 = core.workers[0].get();
