@@ -1,12 +1,15 @@
 // Shared by the tests that drive scheduler_core directly (test_core,
 // test_inbox, test_spawn_batch): a core_platform that records which workers
-// the core asked to unpark, and does nothing else.
+// the core asked to unpark and does nothing else, and a fixture of a core
+// on it with fake task headers to schedule.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
 #include "core.hpp"
+#include "runtime_test_support.hpp"
+#include "spindle/runtime.hpp"
 
 namespace spindle_test {
 
@@ -17,6 +20,19 @@ class recording_platform final : public spindle::detail::core_platform {
   void unpark_worker(std::size_t index) noexcept override { unparked.push_back(index); }
   void remote_push_unnoticed() noexcept override {}
   std::vector<std::size_t> unparked;
+};
+
+/// A scheduler_core of `workers` workers (budget 128) on a
+/// recording_platform, with `task_count` fake task headers.
+struct core_fixture {
+  explicit core_fixture(std::size_t workers, std::uint64_t seed = 1,
+                        spindle::detail::idle_tiers tiers = {},
+                        spindle::placement where = spindle::placement::global,
+                        std::size_t task_count = 1024)
+      : tasks(task_count), core(platform, workers, 128, seed, tiers, where) {}
+  recording_platform platform;
+  fake_tasks tasks;
+  spindle::detail::scheduler_core core;
 };
 
 }  // namespace spindle_test

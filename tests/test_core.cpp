@@ -28,13 +28,7 @@ using spindle::detail::scheduler_core;
 using spindle::detail::task_header;
 using spindle::detail::worker;
 
-struct core_fixture {
-  explicit core_fixture(std::size_t workers, std::uint64_t seed = 1, idle_tiers tiers = {})
-      : core(platform, workers, 128, seed, tiers) {}
-  spindle_test::recording_platform platform;
-  spindle_test::fake_tasks tasks{1024};
-  scheduler_core core;
-};
+using spindle_test::core_fixture;
 
 TEST(Core, TheLifoSlotIsPolledThreeTimesInARowThenTheRingsOldestRuns) {
   core_fixture f(1);

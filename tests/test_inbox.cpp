@@ -135,12 +135,10 @@ TEST(Inbox, ManyProducersSeveralConsumersEveryTaskOnceInEachProducersOrder) {
 
 // ---- the decisions
 
-struct p2c_fixture {
+/// A core with placement::p2c.
+struct p2c_fixture : spindle_test::core_fixture {
   explicit p2c_fixture(std::size_t workers, std::uint64_t seed = 1)
-      : core(platform, workers, 128, seed, {}, placement::p2c) {}
-  spindle_test::recording_platform platform;
-  spindle_test::fake_tasks tasks{512};
-  scheduler_core core;
+      : core_fixture(workers, seed, {}, placement::p2c, 512) {}
 };
 
 TEST(P2c, APushGoesToTheLessLoadedOfTwoWorkers) {
