@@ -223,6 +223,8 @@ void spawn_many_local(benchmark::State& state) {
   state.counters["others_share"] =
       polls == 0 ? 0.0 : static_cast<double>(polls - busiest) / static_cast<double>(polls);
   state.counters["overflows_per_iter"] = static_cast<double>(overflows) / iterations;
+  state.counters["global_fetches_per_iter"] =
+      static_cast<double>(after.global_batch_fetches - before.global_batch_fetches) / iterations;
   state.counters["parks_per_iter"] =
       static_cast<double>(after.total_parked - before.total_parked) / iterations;
   state.counters["spawner_misses_per_iter"] =
