@@ -338,11 +338,16 @@ task_header* scheduler_core::steal_inbox(worker* w) noexcept {
 
 task_header* scheduler_core::rescue_lifo(worker* w) noexcept {
   if (stalled_lifo_us_ == 0 || workers.size() < 2) return nullptr;
-  std::uint64_t now_ns = 0;
+  // At most four looks per threshold: a searcher that kept looking on
+  // every failed steal round read the owners' LIFO slots and poll counts
+  // (and wrote stall_seen) while they kept writing them, which made a
+  // spawn+await loop about 1.45x slower.
+  std::uint64_t const now_ns = platform_->now_ns();
+  if (now_ns < w->next_rescue_look_ns) return nullptr;
+  w->next_rescue_look_ns = now_ns + stalled_lifo_ns() / 4;
   return for_each_victim(w, [&](std::uint32_t v, std::size_t) -> task_header* {
     worker& x = *workers[v];
     if (x.lifo_slot.load(std::memory_order_relaxed) == nullptr) return nullptr;
-    if (now_ns == 0) now_ns = platform_->now_ns() | 1;  // read once, when needed
     auto const now_us = static_cast<std::uint32_t>(now_ns / 1000);
     auto const polls = static_cast<std::uint32_t>(x.counters.polled.get());
     std::uint64_t const seen = x.stall_seen.load(std::memory_order_relaxed);

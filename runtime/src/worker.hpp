@@ -69,8 +69,10 @@ struct worker {
   /// stall threshold while its LIFO slot holds a task is stalled
   /// (scheduler_core::rescue_lifo); polls run inline (a join) count, so a
   /// task that awaits its children is not taken for a stalled one.
-  std::atomic<std::uint64_t> stall_seen{~std::uint64_t{0} << 32};
-  std::array<task_header*, batch_capacity> batch{};
+  /// (On a line of its own: searchers write it while the owner keeps
+  /// storing into the LIFO slot.)
+  alignas(64) std::atomic<std::uint64_t> stall_seen{~std::uint64_t{0} << 32};
+  alignas(64) std::array<task_header*, batch_capacity> batch{};
   std::uint32_t batch_head = 0;
   std::uint32_t batch_len = 0;
 
@@ -136,6 +138,10 @@ struct worker {
   std::uint64_t steal_probes = 0;
   std::array<std::uint64_t, steal_levels> steals_by_level{};
   std::uint64_t lifo_rescues = 0;
+  /// Before this time (ns) rescue_lifo does not look at the other workers
+  /// again: a stall takes the threshold to show, and every look reads lines
+  /// their owners keep writing (the LIFO slot, the poll count).
+  std::uint64_t next_rescue_look_ns = 0;
 
   /// runtime::dump(): the last request this worker answered (owner only),
   /// the request its answer in `dump_found` is for (release; the dumping
