@@ -89,7 +89,7 @@ run_scan() {
   sort "$WORK/out.raw" >"$WORK/out"
   if grep -q 'Sanitizer' "$WORK/err"; then
     ko "sanitizer report: $(grep -m1 'Sanitizer' "$WORK/err")"
-    sed -n 1,30p "$WORK/err"
+    sed -n 1,30p "$WORK/err" | notes
   fi
 }
 

@@ -89,15 +89,15 @@ compare() {
     fi
     if ! cmp -s "$WORK/scan.out" "$WORK/grep.out"; then
       ko "$what [$b]: output differs (< spindle-scan, > grep)"
-      diff "$WORK/scan.out" "$WORK/grep.out" | head -10 | sed 's/^/# /'
+      diff "$WORK/scan.out" "$WORK/grep.out" | head -10 | notes
       # Why: a crash or a sanitizer report shows only here.
-      echo "# spindle-scan exit status $scan_rc, grep $grep_rc; spindle-scan's stderr:"
-      head -40 "$WORK/scan.err" | sed 's/^/# /'
+      note "spindle-scan exit status $scan_rc, grep $grep_rc; spindle-scan's stderr:"
+      head -40 "$WORK/scan.err" | notes
       continue
     fi
     if [ $scan_rc -ne $grep_rc ]; then
       ko "$what [$b]: exit status $scan_rc, grep $grep_rc"
-      head -20 "$WORK/scan.err" | sed 's/^/# /'
+      head -20 "$WORK/scan.err" | notes
       continue
     fi
     if [ "${CHECK_STDERR:-0}" = 1 ]; then

@@ -28,6 +28,9 @@ skip() {
 }
 # note TEXT: a diagnostic line.
 note() { echo "# $*"; }
+# notes: each line of standard input as a diagnostic line (a diff, a
+# program's stderr), so that it cannot be taken for TAP.
+notes() { sed 's/^/# /'; }
 # bail WHY: nothing can be checked; the test fails.
 bail() {
   echo "Bail out! $*"
