@@ -225,17 +225,51 @@ TEST(P2c, ASearcherTakesHalfOfAnotherWorkersInbox) {
   for (std::size_t i = 0; i < 40; ++i)
     f.core.push_remote(f.tasks[i]);
   ASSERT_EQ(w0->remote.len(), 40u);
-  // Worker 1 empties its ring (the tasks finish), then searches.
-  std::size_t n = 0;
-  while (w1->queue.len() != 0) {
-    ASSERT_NE(f.core.next_task(w1), nullptr);
-    ++n;
-  }
+  // Worker 1 empties its ring (the tasks finish; taken off the ring
+  // directly, so that no global-check interval comes up: on it, worker 1
+  // would help with the inbox while busy, which the next test checks), then
+  // searches.
+  while (w1->queue.len() != 0)
+    ASSERT_NE(w1->queue.pop(), nullptr);
   task_header* t = f.core.next_task(w1);
   ASSERT_NE(t, nullptr) << "the searcher did not look at the other inbox";
   EXPECT_EQ(t, f.tasks[0]);
   EXPECT_EQ(w0->remote.len(), 20u) << "a searcher takes the larger half";
   EXPECT_EQ(w1->counters.stolen.get(), 20u);
+}
+
+TEST(P2c, ABusyWorkerHelpsWithAnotherInboxOnItsInterval) {
+  p2c_fixture f(2);
+  worker* w0 = f.core.workers[0].get();
+  worker* w1 = f.core.workers[1].get();
+  // Worker 0's inbox is filled (a spawn_batch from outside lands in one
+  // inbox) while worker 0 is in a long poll; worker 1 never runs out of
+  // local work (each task it runs is woken again), so it never searches.
+  // (Spawns, not yields: a yield makes the next pick look at the inbox and
+  // the global queue at once.)
+  for (std::size_t i = 0; i < 100; ++i)
+    f.core.schedule_local(w1, f.tasks[300 + i], false);
+  for (std::size_t i = 0; i < 40; ++i)
+    f.core.push_remote(f.tasks[i]);
+  ASSERT_EQ(w0->remote.len(), 40u);
+  std::size_t from_inbox = 0;
+  std::size_t first_help = 0;
+  for (std::size_t poll = 0; poll < 100; ++poll) {
+    task_header* t = f.core.next_task(w1);
+    ASSERT_NE(t, nullptr);
+    if (f.tasks.index(t) < 40) {
+      if (from_inbox++ == 0) first_help = poll;
+    } else {
+      f.core.schedule_local(w1, t, false);
+    }
+  }
+  EXPECT_FALSE(w1->is_searching);
+  // Not before the first global-check interval (20 polls), and then half
+  // of the inbox per look: 20, then 10 on the next interval, ...
+  EXPECT_EQ(first_help, worker::initial_global_interval - 1);
+  EXPECT_GE(from_inbox, 30u);
+  EXPECT_EQ(w0->remote.len(), 40u - from_inbox);
+  EXPECT_EQ(w1->counters.stolen.get(), from_inbox);
 }
 
 TEST(P2c, AWorkerDoesNotParkOnANonEmptyInbox) {

@@ -168,6 +168,7 @@ task_header* scheduler_core::next_task(worker* w) noexcept {
     w->global_first = !w->global_first;
     task_header* task = w->global_first ? fetch_global(w) : nullptr;
     if (task == nullptr) task = fetch_remote(w);
+    if (task == nullptr && placement_ == spindle::placement::p2c) task = help_inbox(w);
     if (task != nullptr) return not_from_lifo(w, task);
   }
   // 2-3. LIFO slot (capped at a few polls in a row), ring.
@@ -318,22 +319,33 @@ task_header* scheduler_core::steal_work(worker* w) noexcept {
 task_header* scheduler_core::steal_inbox(worker* w) noexcept {
   // A task placed on a worker that is busy in a long poll (or that has not
   // woken yet) is taken here by a searcher instead of waiting for it.
-  return for_each_victim(w, [this, w](std::uint32_t victim, std::size_t) -> task_header* {
-    inbox& box = workers[victim]->remote;
-    std::size_t len = box.len();
-    if (len == 0) return nullptr;
-    std::size_t want = std::min<std::size_t>(len - len / 2, worker::batch_capacity);
-    std::size_t got = box.try_take(w->batch.data(), want);
-    if (got == 0) return nullptr;
-    w->counters.stolen.add(got);
-    w->counters.steal_operations.add();
-    // The trace's steal event, as a steal from a ring (the victim's index).
-    if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
-      trace->push(
-          {steady_now_ns(), 0, victim, static_cast<std::int64_t>(got), nullptr, trace_kind::steal});
-    }
-    return take_batch(w, got);
-  });
+  return for_each_victim(
+      w, [this, w](std::uint32_t victim, std::size_t) { return take_from_inbox(w, victim); });
+}
+
+task_header* scheduler_core::help_inbox(worker* w) noexcept {
+  auto const n = static_cast<std::uint32_t>(workers.size());
+  if (n < 2) return nullptr;
+  std::uint32_t victim = w->rng.below(n - 1);
+  if (victim >= w->index) ++victim;
+  return take_from_inbox(w, victim);
+}
+
+task_header* scheduler_core::take_from_inbox(worker* w, std::uint32_t victim) noexcept {
+  inbox& box = workers[victim]->remote;
+  std::size_t len = box.len();
+  if (len == 0) return nullptr;
+  std::size_t want = std::min<std::size_t>(len - len / 2, worker::batch_capacity);
+  std::size_t got = box.try_take(w->batch.data(), want);
+  if (got == 0) return nullptr;
+  w->counters.stolen.add(got);
+  w->counters.steal_operations.add();
+  // The trace's steal event, as a steal from a ring (the victim's index).
+  if (trace_ring* trace = tracing(w->trace)) [[unlikely]] {
+    trace->push(
+        {steady_now_ns(), 0, victim, static_cast<std::int64_t>(got), nullptr, trace_kind::steal});
+  }
+  return take_batch(w, got);
 }
 
 task_header* scheduler_core::rescue_lifo(worker* w) noexcept {

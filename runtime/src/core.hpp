@@ -239,6 +239,15 @@ class scheduler_core {
   task_header* steal_work(worker* w) noexcept;
   /// Half of another worker's inbox (at most a batch), as a searcher.
   task_header* steal_inbox(worker* w) noexcept;
+  /// Half of `victim`'s inbox (at most a batch) into w's batch buffer; the
+  /// first task, or nullptr when the inbox is empty.
+  task_header* take_from_inbox(worker* w, std::uint32_t victim) noexcept;
+  /// placement::p2c, on the global-check interval of a worker whose own
+  /// inbox and the global queue are empty: take_from_inbox of one other
+  /// worker chosen at random. Without it a busy worker never helps with
+  /// another's inbox (only searchers do), and a spawn_batch from outside,
+  /// which lands in one inbox, was drained by its owner alone.
+  task_header* help_inbox(worker* w) noexcept;
   /// The global queue, then a wake (schedule_local of a parking worker).
   void push_global(task_header* first, task_header* last, std::size_t count) noexcept;
 
