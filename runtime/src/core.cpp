@@ -326,9 +326,24 @@ task_header* scheduler_core::steal_inbox(worker* w) noexcept {
 task_header* scheduler_core::help_inbox(worker* w) noexcept {
   auto const n = static_cast<std::uint32_t>(workers.size());
   if (n < 2) return nullptr;
+  // Backed off after looks that found nothing: a task that yields makes
+  // its worker look at the remote queues on its next pick, and a look at
+  // every one of them (a draw and another worker's inbox lines) made
+  // yield_many with p2c about 1.1-1.2x slower.
+  if (w->help_skip != 0) {
+    --w->help_skip;
+    return nullptr;
+  }
   std::uint32_t victim = w->rng.below(n - 1);
   if (victim >= w->index) ++victim;
-  return take_from_inbox(w, victim);
+  task_header* task = take_from_inbox(w, victim);
+  if (task != nullptr) {
+    w->help_backoff = 0;
+  } else {
+    w->help_backoff = std::min(std::max(2 * w->help_backoff, 1u), worker::max_help_skip);
+    w->help_skip = w->help_backoff;
+  }
+  return task;
 }
 
 task_header* scheduler_core::take_from_inbox(worker* w, std::uint32_t victim) noexcept {

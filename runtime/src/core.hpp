@@ -246,7 +246,9 @@ class scheduler_core {
   /// inbox and the global queue are empty: take_from_inbox of one other
   /// worker chosen at random. Without it a busy worker never helps with
   /// another's inbox (only searchers do), and a spawn_batch from outside,
-  /// which lands in one inbox, was drained by its owner alone.
+  /// which lands in one inbox, was drained by its owner alone. After a look
+  /// that finds nothing the next looks are skipped, 1, 2, 4, ... up to
+  /// worker::max_help_skip of them.
   task_header* help_inbox(worker* w) noexcept;
   /// The global queue, then a wake (schedule_local of a parking worker).
   void push_global(task_header* first, task_header* last, std::size_t count) noexcept;

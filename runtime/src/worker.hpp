@@ -129,6 +129,13 @@ struct worker {
   /// Steal rounds in a row that found nothing (the back-off's exponent;
   /// scheduler_core::backoff_ns).
   std::uint32_t steal_failures = 0;
+  /// placement::p2c's help with another worker's inbox on the interval
+  /// (scheduler_core::help_inbox): looks to skip before the next, and the
+  /// skip after the next look that finds nothing (doubled up to
+  /// max_help_skip, 0 after a look that finds tasks).
+  static constexpr std::uint32_t max_help_skip = 32;
+  std::uint32_t help_skip = 0;
+  std::uint32_t help_backoff = 0;
   /// This worker holds the watch over stalled LIFO slots while it is parked
   /// (scheduler_core::watch_deadline_ns), and the period it sleeps for.
   bool watching = false;
