@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "spindle/detail/frame_pool.hpp"
+#include "spindle/fold.hpp"
 #include "spindle/runtime.hpp"
 
 #if __has_include("spindle/oneshot.hpp")
@@ -486,6 +487,44 @@ void fib_fork_join(benchmark::State& state) {
   }
 }
 
+// fib_fold: the same fib as a spindle::fold over its call tree (node n has
+// children n-1 and n-2; a leaf's value is n; a node sums its children):
+// spindle's fork-join path without a coroutine frame per node, on the same
+// workers (fold.hpp).
+struct fib_graph {
+  template <class Emit>
+  void children(int n, Emit&& emit) const {
+    if (n < 2) return;
+    emit(n - 1);
+    emit(n - 2);
+  }
+};
+struct fib_sum {
+  long init(int n) const { return n < 2 ? n : 0; }
+  void accumulate(long& heap, long&& child) const { heap += child; }
+  long finalize(long&& heap) const { return heap; }
+};
+
+long serial_fib(int n) {
+  return n < 2 ? n : serial_fib(n - 1) + serial_fib(n - 2);
+}
+
+task<void> fib_fold_root(int n, long* out) {
+  *out = co_await spindle::fold(fib_graph{}, fib_sum{}, n);
+}
+
+void fib_fold(benchmark::State& state) {
+  runtime rt{{.workers = workers_arg(state)}};
+  int const n = static_cast<int>(state.range(1));
+  long const expected = serial_fib(n);
+  done_signal done;
+  long result = 0;
+  for (auto _ : state) {
+    run_and_wait(rt, fib_fold_root(n, &result), done);
+    if (result != expected) state.SkipWithError("wrong fib");
+  }
+}
+
 // memory_per_task: RSS growth per task with 1,000,000 spawned tasks that are
 // suspended with nothing to wake them (the runtime's destructor destroys
 // their frames).
@@ -576,6 +615,10 @@ void register_all() {
   for (int w : workers)
     fib_bench->Args({w, 30})->Args({w, 35});
   fib_bench->UseRealTime()->Unit(benchmark::kMillisecond);
+  auto* fold_bench = benchmark::RegisterBenchmark("fib_fold", fib_fold);
+  for (int w : workers)
+    fold_bench->Args({w, 30})->Args({w, 35});
+  fold_bench->UseRealTime()->Unit(benchmark::kMillisecond);
   auto* memory = benchmark::RegisterBenchmark("memory_per_task", memory_per_task);
   for (int w : workers)
     memory->Arg(w);

@@ -12,7 +12,9 @@ every workload on every system with the same worker count (default 2):
   runtime  spawn_many_local, spawn_many_remote_idle, spawn_many_remote_busy,
            yield_many, ping_pong, chained_spawn, spawn_await, fib_30, fib_35,
            memory_per_task (spindle, Tokio, oneTBB, Boost.Asio; each peer
-           the workloads it can express); spindle runs them with
+           the workloads it can express), fib_fold_30 and fib_fold_35 (spindle
+           alone: the same fib as a spindle::fold over its call tree, no
+           coroutine frame per node: spindle's fork-join path); spindle runs them with
            placement::global (`spindle`, the default) and again with
            placement::p2c (`spindle-p2c`, SPINDLE_PLACEMENT=p2c), and the
            spawn_many_*_batch variants (the same spawns with one
@@ -20,7 +22,8 @@ every workload on every system with the same worker count (default 2):
            checkout: header-only, not in Debian), libfork's lazy_pool runs
            fib_30 and fib_35 too (bench/peers/libfork). The section ends with
            the scheduler targets: each workload oneTBB expresses, chained_spawn
-           against Tokio, fib against libfork
+           against Tokio, fib against libfork (spindle::fold, and spawn/join
+           for reference)
   io       4 KiB random reads at queue depth 1 and 32, 128 KiB sequential
            reads at depth 8, warm (page cache) and cold (the file dropped
            from the cache with posix_fadvise where the kernel allows it):
@@ -127,7 +130,8 @@ thread is one of the arena's N slots; Asio: a pool of N threads).
 spawn_many_local: a task on a worker spawns 10,000 (local queues);
 spawn_many_remote_*: the measuring thread spawns 10,000 (inject queue), a
 task on the workers joins them; yield_many: a task spawns 200 yielders;
-fib: the root runs on a worker.
+fib: the root runs on a worker (fib_fold: a task on a worker awaits
+spindle::fold, whose walk runs on the workers).
 Per fiber workload: spindle's root is a fiber (runtime::spawn_fiber;
 spindle-task: a task) and the thread waits on an atomic; Boost.Fiber runs
 algo::work_stealing on N threads, the measuring thread being one of them (its
@@ -208,11 +212,16 @@ RUNTIME_WORKLOADS = {
     "spawn_await": "ns/pair",
     "fib_30": "ms",
     "fib_35": "ms",
+    # spindle alone: the same fib as a spindle::fold over its call tree
+    # (fold.hpp: no coroutine frame per node), spindle's fork-join path.
+    "fib_fold_30": "ms",
+    "fib_fold_35": "ms",
     "memory_per_task": "bytes/task",
 }
 PEER_WORKLOADS = {
     # The *_batch workloads are spindle's spawn_batch alone (no peer has one).
-    "tokio": [w for w in RUNTIME_WORKLOADS if not w.endswith("_batch")],
+    "tokio": [w for w in RUNTIME_WORKLOADS
+              if not w.endswith("_batch") and not w.startswith("fib_fold")],
     "onetbb": ["spawn_many_local", "spawn_many_remote_idle", "chained_spawn", "spawn_await",
                "fib_30", "fib_35"],
     "boost-asio": ["spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy",
@@ -222,7 +231,8 @@ PEER_WORKLOADS = {
 }
 # Google Benchmark name of each runtime workload in bench_runtime.
 GB_NAMES = {w: w for w in RUNTIME_WORKLOADS}
-GB_NAMES.update({"fib_30": "fib_fork_join", "fib_35": "fib_fork_join"})
+GB_NAMES.update({"fib_30": "fib_fork_join", "fib_35": "fib_fork_join",
+                 "fib_fold_30": "fib_fold", "fib_fold_35": "fib_fold"})
 TIME_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 # I/O cases: name -> (spindle benchmark stem, depth, block bytes, fio rw)
@@ -497,7 +507,7 @@ def runtime_record(runs, w, workers):
     """bench_runtime's record of workload w: (record, None) or (None, why)."""
     prefix = f"{GB_NAMES[w]}/{workers}"
     if w.startswith("fib_"):
-        prefix += "/" + w.split("_")[1]
+        prefix += "/" + w.rsplit("_", 1)[1]
     match = [r for n, r in runs.items() if n.startswith(prefix + "/")]
     if not match:
         return None, "no result"
@@ -568,8 +578,14 @@ RUNTIME_TARGETS = [
     (f"{w} vs oneTBB", w, "onetbb", 1.0) for w in PEER_WORKLOADS["onetbb"]
 ] + [
     ("chained_spawn vs Tokio", "chained_spawn", "tokio", 0.4),
-    ("fib_30 vs libfork", "fib_30", "libfork", 1.0),
-    ("fib_35 vs libfork", "fib_35", "libfork", 1.0),
+    # spindle's fork-join path (spindle::fold) against libfork's fib, and
+    # the general spawn/join for reference; the same with oneTBB.
+    ("fib_30 vs libfork, spindle::fold", "fib_30", "libfork", 1.0, "fib_fold_30"),
+    ("fib_35 vs libfork, spindle::fold", "fib_35", "libfork", 1.0, "fib_fold_35"),
+    ("fib_30 vs libfork, spawn/join", "fib_30", "libfork", 1.0),
+    ("fib_35 vs libfork, spawn/join", "fib_35", "libfork", 1.0),
+    ("fib_30 vs oneTBB, spindle::fold", "fib_30", "onetbb", 1.0, "fib_fold_30"),
+    ("fib_35 vs oneTBB, spindle::fold", "fib_35", "onetbb", 1.0, "fib_fold_35"),
 ]
 
 
@@ -735,15 +751,18 @@ def peer_timed(cfg, res, system, cmd, workloads, env=None):
 
 
 def target_checks(res, targets):
-    """One line per (label, workload, peer, bound) target: spindle's median
-    against the peer's, met when the cost ratio is at most `bound`."""
+    """One line per (label, workload, peer, bound[, spindle's workload])
+    target: spindle's median (of the peer's workload, or of the one named
+    last) against the peer's, met when the cost ratio is at most `bound`."""
     lines = []
-    for label, workload, peer, bound in targets:
-        sv, unit = res.value(workload, "spindle")
+    for label, workload, peer, bound, *own in targets:
+        mine = own[0] if own else workload
+        sv, unit = res.value(mine, "spindle")
         pv, _ = res.value(workload, peer)
         target = f"target <= {bound:g}x"
         if sv is None or pv is None:
-            why = res.missing.get((workload, "spindle" if sv is None else peer), "no result")
+            why = (res.missing.get((mine, "spindle"), "no result") if sv is None
+                   else res.missing.get((workload, peer), "no result"))
             lines.append(f"{label}: spindle {fmt(sv)} vs {peer} {fmt(pv)}: not measured "
                          f"({target}; {why})")
             continue
@@ -1847,9 +1866,10 @@ def main():
             "boost-asio": build_cxx_peer("boost-asio", "bench/peers/asio_peer", status),
             "libfork": build_libfork(cfg, status),
         }
-        workloads = [w for w in RUNTIME_WORKLOADS if not (cfg.quick and w == "fib_35")]
+        workloads = [w for w in RUNTIME_WORKLOADS
+                     if not (cfg.quick and w in ("fib_35", "fib_fold_35"))]
         if cfg.quick:
-            res.notes.append("--quick: fib_35 skipped")
+            res.notes.append("--quick: fib_35 and fib_fold_35 skipped")
         for system in SPINDLE_PLACEMENTS:
             # memory_per_task spawns from a worker: the placement plays no part.
             spindle_runtime(cfg, res, [w for w in workloads if system == "spindle"
