@@ -101,7 +101,11 @@ enum class placement : std::uint8_t {
   /// woken if it is parked. A worker looks at its inbox before the global
   /// queue, with the global queue's batch and fairness rules; searching
   /// workers take from other workers' inboxes too, so a task never waits
-  /// behind a busy or sleeping owner while another worker is idle.
+  /// behind a busy or sleeping owner while another worker is idle, and a
+  /// busy worker whose own inbox and the global queue are empty takes half
+  /// of one other inbox on its global-check interval (backing off while
+  /// those looks find nothing), so that a spawn_batch from outside, which
+  /// fills one inbox, is shared while every worker is busy.
   p2c,
 };
 
