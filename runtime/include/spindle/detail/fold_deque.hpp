@@ -45,7 +45,9 @@ class fold_deque {
   fold_deque& operator=(fold_deque const&) = delete;
 
   /// Owner: pushes `item` at the bottom (may allocate a larger ring).
-  void push(T* item) {
+  /// Always inlined (a fold's walk pushes every child; the rare growth is
+  /// out of line).
+  [[gnu::always_inline]] void push(T* item) {
     std::int64_t b = bottom_.load(std::memory_order_relaxed);
     std::int64_t t = top_.load(std::memory_order_acquire);
     ring* a = array_.load(std::memory_order_relaxed);
@@ -109,7 +111,7 @@ class fold_deque {
     return r;
   }
 
-  ring* grow(ring* old, std::int64_t t, std::int64_t b) {
+  [[gnu::noinline]] ring* grow(ring* old, std::int64_t t, std::int64_t b) {
     ring_.push_back(make_ring((old->mask + 1) * 2));
     ring* a = ring_.back().get();
     for (std::int64_t i = t; i < b; ++i) {
