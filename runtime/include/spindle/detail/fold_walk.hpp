@@ -320,13 +320,20 @@ class fold_state {
     walk(p, *node, parent);
   }
 
-  // init, children, and finalize right away for a leaf.
-  void walk(participant& p, N const& node, chain* parent) noexcept {
-    std::optional<H> heap;
+  // The node's heap from init, or nothing when init threw (then failed).
+  std::optional<H> init_heap(N const& node) noexcept {
     try {
-      heap.emplace(fold_.init(node));
+      return std::optional<H>(fold_.init(node));
     } catch (...) {
       fail();
+      return std::nullopt;
+    }
+  }
+
+  // init, children, and finalize right away for a leaf.
+  void walk(participant& p, N const& node, chain* parent) noexcept {
+    std::optional<H> heap = init_heap(node);
+    if (!heap.has_value()) {
       deliver(p, parent, nullptr);
       return;
     }
