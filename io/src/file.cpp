@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "io_op.hpp"
+#include "spindle/runtime.hpp"
 
 namespace spindle::io {
 
@@ -149,7 +150,20 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
   if (buffer.empty()) co_return 0;
   std::uint32_t const length = clamp_length(buffer.size());
   std::uint32_t got = 0;  // bytes copied from the page cache
-  if (!no_nowait_reads_.load(std::memory_order_relaxed) && spindle::detail::take_sync_io_budget()) {
+  using spindle::detail::sync_io_grant;
+  sync_io_grant grant = sync_io_grant::off;
+  if (!no_nowait_reads_.load(std::memory_order_relaxed)) {
+    grant = spindle::detail::take_sync_io_budget();
+    if (grant == sync_io_grant::spent) {
+      // This poll copied its share (the coop budget): let the other tasks
+      // run, and copy it on the next poll, with a fresh budget. Through the
+      // driver instead, a loop of cached reads paid a ring trip (an SQE, a
+      // CQE and a wake, often on the other worker) every 65th read.
+      co_await spindle::yield_now{};
+      grant = spindle::detail::take_sync_io_budget();
+    }
+  }
+  if (grant == sync_io_grant::granted) {
     // Data in the page cache: copy it now, without the driver (see
     // runtime_config::try_cached_reads). EAGAIN: it would block; anything
     // else (a pipe's ESPIPE, EOPNOTSUPP where the file system has no

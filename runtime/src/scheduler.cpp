@@ -183,7 +183,7 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       owned_(config_.workers + 1),
       blocking_(*this, config_.max_blocking_threads, config_.blocking_keep_alive) {
   config_.budget = core_.budget();
-  sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll : 0;
+  sync_io_per_poll_ = config_.try_cached_reads ? sync_io_per_poll + 1 : 0;
   std::size_t n = config_.workers;
   driver_ = make_driver(host_, config_);
   if (!config_.trace_path.empty()) {

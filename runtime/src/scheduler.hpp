@@ -35,8 +35,9 @@ struct thread_context {
   /// (one state transition instead of a wake and then the poll's end).
   bool yielded = false;
   /// Operations the current poll may still complete synchronously
-  /// (take_sync_io_budget); set at the start of each poll (0 outside a poll,
-  /// or when the runtime's try_cached_reads is off).
+  /// (take_sync_io_budget), plus one: set at the start of each poll to
+  /// sync_io_per_poll + 1, 1 once they are spent, and 0 outside a poll or
+  /// when the runtime's try_cached_reads is off.
   std::uint32_t sync_io_budget = 0;
   /// The worker's trace ring when its runtime traces (trace.hpp), else null.
   trace_ring* trace = nullptr;
@@ -189,7 +190,7 @@ class scheduler final : public core_platform {
   std::atomic<bool> shutdown_{false};
   // Bumped by each dump() (dump.cpp); read once per tick by every worker.
   std::atomic<std::uint64_t> dump_gen_{0};
-  // Each poll's sync_io_budget: sync_io_per_poll, or 0 when
+  // Each poll's sync_io_budget: sync_io_per_poll + 1, or 0 when
   // runtime_config::try_cached_reads is off.
   std::uint32_t sync_io_per_poll_ = 0;
   // Written by spawns and completions off the workers: a line apart from

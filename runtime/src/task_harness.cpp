@@ -76,11 +76,14 @@ cancel_hook never_detached_hook{&never_detached};
   this_thread_context().yielded = true;
 }
 
-bool take_sync_io_budget() noexcept {
+sync_io_grant take_sync_io_budget() noexcept {
+  // The budget counts down to 1 (spent); 0 is off (scheduler.hpp).
   thread_context& ctx = this_thread_context();
-  if (ctx.sync_io_budget == 0) return false;
-  --ctx.sync_io_budget;
-  return true;
+  if (ctx.sync_io_budget > 1) {
+    --ctx.sync_io_budget;
+    return sync_io_grant::granted;
+  }
+  return ctx.sync_io_budget == 1 ? sync_io_grant::spent : sync_io_grant::off;
 }
 
 [[gnu::noinline]] task_header* current_task() noexcept {

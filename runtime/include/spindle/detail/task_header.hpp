@@ -240,12 +240,22 @@ inline void clear_cancel_hook(task_header* task) noexcept {
 /// during the poll would, with one state transition fewer.
 void yield_current() noexcept;
 
+/// What take_sync_io_budget grants.
+enum class sync_io_grant : std::uint8_t {
+  granted,  ///< one unit of the poll's budget taken: complete the I/O now
+  spent,    ///< allowed, but this poll used its budget: yield, then ask again
+  off,      ///< not in a spindle task, or try_cached_reads is off: use the driver
+};
+
 /// For I/O that can complete synchronously (io::file::read_at's cached
-/// reads): true, taking one unit of the current poll's budget, when the
-/// caller runs in a spindle task whose runtime allows it
-/// (runtime_config::try_cached_reads) and the poll has budget left; false
-/// otherwise (then use the I/O driver, which suspends the task).
-[[nodiscard]] bool take_sync_io_budget() noexcept;
+/// reads): `granted`, taking one unit of the current poll's budget
+/// (sync_io_per_poll, 64), when the caller runs in a spindle task whose
+/// runtime allows it (runtime_config::try_cached_reads) and the poll has
+/// budget left; `spent` when it allows it and the poll has none left (the
+/// caller yields, as Tokio's coop budget makes a resource return Pending
+/// and wake the task at once, and its next poll has a fresh budget);
+/// `off` otherwise (then use the I/O driver, which suspends the task).
+[[nodiscard]] sync_io_grant take_sync_io_budget() noexcept;
 
 /// The task the calling thread is polling now, or nullptr.
 [[nodiscard]] task_header* current_task() noexcept;
