@@ -33,6 +33,12 @@ struct core_fixture {
   recording_platform platform;
   fake_tasks tasks;
   spindle::detail::scheduler_core core;
+
+  /// Puts `task` at the back of worker `w`'s ring (a yield does too, unless
+  /// the task would be the worker's only work: then it takes the LIFO slot).
+  void push_to_ring(spindle::detail::worker* w, spindle::detail::task_header* task) {
+    static_cast<void>(w->queue.push_back(task, core.inject));
+  }
 };
 
 }  // namespace spindle_test

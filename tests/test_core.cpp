@@ -34,7 +34,7 @@ TEST(Core, TheLifoSlotIsPolledThreeTimesInARowThenTheRingsOldestRuns) {
   core_fixture f(1);
   worker* w = f.core.workers[0].get();
   task_header* old = f.tasks[0];
-  f.core.schedule_local(w, old, /*is_yield=*/true);  // the ring's oldest
+  f.push_to_ring(w, old);  // the ring's oldest
   // A chain: each polled task schedules the next one into the LIFO slot.
   std::vector<task_header*> order;
   f.core.schedule_local(w, f.tasks[1], false);
@@ -97,10 +97,8 @@ TEST(Core, TheGlobalQueueIsCheckedEveryIntervalPollsDespiteLocalWork) {
     f.core.end_tick(w, 1, 10'000'000);  // interval 8
   ASSERT_EQ(w->global_interval, 8u);
   for (std::size_t i = 0; i < 20; ++i)
-    f.core.schedule_local(w, f.tasks[i], /*is_yield=*/true);  // ring
-  // A yield makes the next pick check the global queue (tested below):
-  // start the count after the pushes.
-  w->polls_since_global = 0;
+    f.push_to_ring(w, f.tasks[i]);
+  w->polls_since_global = 0;  // the count starts here
   f.core.inject.push(f.tasks[100]);
   int polls = 0;
   for (;;) {
@@ -124,6 +122,37 @@ TEST(Core, AYieldLetsTheGlobalQueueIn) {
   f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
   EXPECT_EQ(f.core.next_task(w), f.tasks[1]);
   EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+}
+
+TEST(Core, AYieldOfTheWorkersOnlyTaskTakesTheLifoSlotAndWakesNobody) {
+  core_fixture f(2);
+  worker* w = f.core.workers[0].get();
+  ASSERT_TRUE(f.core.begin_park(f.core.workers[1].get()));
+  f.platform.unparked.clear();
+  // Nothing else on the worker nor in the global queue: the slot, no wake
+  // (a woken sibling could only take the task away).
+  f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
+  EXPECT_EQ(w->lifo_slot.load(), f.tasks[0]);
+  EXPECT_TRUE(w->queue.is_empty());
+  EXPECT_TRUE(f.platform.unparked.empty()) << "a lone yield woke the sleeper";
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+  // Other work in the slot: the back of the ring, and the sleeper is woken
+  // for it (a push into an empty ring).
+  f.core.schedule_local(w, f.tasks[1], /*is_yield=*/false);
+  f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
+  EXPECT_EQ(w->lifo_slot.load(), f.tasks[1]);
+  EXPECT_EQ(w->queue.len(), 1u);
+  EXPECT_EQ(f.platform.unparked, std::vector<std::size_t>{1});
+  // Work in the global queue: the yield goes to the ring as well (the next
+  // pick takes the global task, and the yielded one is there to steal).
+  core_fixture g(2);
+  worker* v = g.core.workers[0].get();
+  g.core.inject.push(g.tasks[5]);
+  g.core.schedule_local(v, g.tasks[0], /*is_yield=*/true);
+  EXPECT_EQ(v->lifo_slot.load(), nullptr);
+  EXPECT_EQ(v->queue.len(), 1u);
+  EXPECT_EQ(g.core.next_task(v), g.tasks[5]);
+  EXPECT_EQ(g.core.next_task(v), g.tasks[0]);
 }
 
 TEST(Core, AGlobalBatchIsAtMost32Tasks) {
@@ -171,7 +200,7 @@ TEST(Core, AStealTakesTheLargerHalf) {
     worker* victim = f.core.workers[0].get();
     worker* thief = f.core.workers[1].get();
     for (std::uint32_t i = 0; i < k; ++i)
-      f.core.schedule_local(victim, f.tasks[i], /*is_yield=*/true);
+      f.push_to_ring(victim, f.tasks[i]);
     std::uint32_t const taken = k - k / 2;
     task_header* t = f.core.next_task(thief);
     ASSERT_NE(t, nullptr) << k;
@@ -193,7 +222,7 @@ std::vector<std::size_t> victim_order(std::uint64_t seed) {
   for (int round = 0; round < 32; ++round) {
     // One task in every other worker's ring: the first victim tried wins.
     for (std::size_t v = 1; v < n; ++v)
-      f.core.schedule_local(f.core.workers[v].get(), f.tasks[next_task_index++], true);
+      f.push_to_ring(f.core.workers[v].get(), f.tasks[next_task_index++]);
     task_header* t = f.core.next_task(thief);
     if (t == nullptr) break;
     for (std::size_t v = 1; v < n; ++v) {

@@ -147,7 +147,7 @@ TEST(P2c, APushGoesToTheLessLoadedOfTwoWorkers) {
   // Worker 0's ring holds 10 tasks: with two workers both are drawn every
   // time, so every remote push goes to worker 1.
   for (std::size_t i = 0; i < 10; ++i)
-    f.core.schedule_local(w0, f.tasks[i], true);
+    f.push_to_ring(w0, f.tasks[i]);
   for (std::size_t i = 10; i < 15; ++i)
     f.core.push_remote(f.tasks[i]);
   EXPECT_EQ(f.core.workers[0]->remote.len(), 0u);
@@ -221,7 +221,7 @@ TEST(P2c, ASearcherTakesHalfOfAnotherWorkersInbox) {
   // Tasks land in worker 0's inbox while worker 0 is busy (in a long poll:
   // it does not look), worker 1's ring being loaded.
   for (std::size_t i = 0; i < 200; ++i)
-    f.core.schedule_local(w1, f.tasks[300 + i % 100], true);
+    f.push_to_ring(w1, f.tasks[300 + i % 100]);
   for (std::size_t i = 0; i < 40; ++i)
     f.core.push_remote(f.tasks[i]);
   ASSERT_EQ(w0->remote.len(), 40u);

@@ -49,6 +49,7 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     return;
   }
   task_header* to_ring = task;
+  bool to_slot = !is_yield;
   if (is_yield) {
     // A task that yields (or was woken while it ran) lets the global queue
     // in: the next pick checks it, whatever the interval says. Without this
@@ -56,7 +57,17 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     // remote tasks per interval (about 1 ms of their polls), and a burst of
     // remote spawns waited tens of milliseconds (spawn_many_remote_busy).
     w->polls_since_global = w->global_interval;
-  } else {
+    // It goes to the back of the ring, unless it is this worker's only work
+    // (the slot, the ring, the inbox and the global queue empty): then its
+    // next pick takes it anyway, after the remote queues, and it waits in
+    // the LIFO slot, not the ring. In the ring it woke an idle sibling (a
+    // push into an empty ring notifies), which could only take it away: a
+    // loop of cached reads (io::file::read_at) yields every 65th read, and
+    // paid a futex wake, a search and often a migration each time.
+    to_slot = w->lifo_slot.load(std::memory_order_relaxed) == nullptr && w->queue.is_empty() &&
+              w->remote.is_empty() && inject.is_empty();
+  }
+  if (to_slot) {
     // Only the owner fills the slot, so an empty slot stays empty until
     // this store; a full one may be emptied by a rescue meanwhile, hence
     // the exchange (to_ring is then nullptr).
