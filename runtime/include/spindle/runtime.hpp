@@ -141,9 +141,10 @@ struct runtime_config {
   /// and no suspension. A read that would block (or a descriptor that does
   /// not support it) goes to the driver as before. At most 64 reads are done
   /// this way per poll of a task (a coop budget, as Tokio's): the next one
-  /// goes through the driver and suspends, so that a loop over cached reads
-  /// still lets other tasks, timers and I/O run. false (or the environment
-  /// variable SPINDLE_CACHED_READS=0): every read goes through the driver.
+  /// yields (the task goes back to its worker's queue) and is copied on the
+  /// task's next poll, so that a loop over cached reads still lets other
+  /// tasks, timers and I/O run. false (or the environment variable
+  /// SPINDLE_CACHED_READS=0): every read goes through the driver.
   bool try_cached_reads = true;
   /// Tiered idle (the scanner executor: spin, yield, then park). After a tick that found
   /// nothing, a worker looks again `idle_spins` more times, pausing its CPU

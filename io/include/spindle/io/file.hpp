@@ -141,8 +141,8 @@ class file {
   /// Reads up to buffer.size() bytes at byte `offset`; returns the number
   /// read, 0 at end of file (or for an empty buffer). Data in the page cache
   /// is copied at once, without suspending (runtime_config::try_cached_reads;
-  /// at most 64 such reads per poll of the task), the rest goes through the
-  /// I/O driver. Throws
+  /// at most 64 such reads per poll of the task, then the task yields once
+  /// and goes on), the rest goes through the I/O driver. Throws
   /// std::system_error: EBADF (not open or not open for reading), EISDIR,
   /// EINVAL, EIO, ...
   task<std::size_t> read_at(std::span<std::byte> buffer, std::uint64_t offset);
