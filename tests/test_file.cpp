@@ -669,14 +669,18 @@ TEST_P(FileTest, ThousandConcurrentReads) {
   }
 }
 
+// SPINDLE_CACHED_READS=0 in the environment: read_at's cached-read path is
+// off, and the tests of it skip.
+bool cached_reads_off() {
+  char const* env = std::getenv("SPINDLE_CACHED_READS");
+  return env != nullptr && env == std::string("0");
+}
+
 // With try_cached_reads (the default) the same reads of a file in the page
 // cache are copied in the tasks' polls: the data is the same, and the driver
 // sees almost none of them (a task's first read always has budget).
 TEST_P(FileTest, ThousandConcurrentCachedReadsSkipTheDriver) {
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && env == std::string("0")) {
-    GTEST_SKIP() << "SPINDLE_CACHED_READS=0 turns the cached-read path off";
-  }
+  if (cached_reads_off()) GTEST_SKIP() << "SPINDLE_CACHED_READS=0 turns the cached-read path off";
   fs::path const path = dir_ / "blocks";
   write_plain(path, pattern_bytes(block_size * block_count));
   runtime rt{config()};
@@ -708,10 +712,7 @@ task<std::size_t> read_small_files(std::vector<fs::path> paths) {
 }
 
 TEST_P(FileTest, ACachedReadThatReachesTheEndOfTheFileSkipsTheDriver) {
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && env == std::string("0")) {
-    GTEST_SKIP() << "SPINDLE_CACHED_READS=0 turns the cached-read path off";
-  }
+  if (cached_reads_off()) GTEST_SKIP() << "SPINDLE_CACHED_READS=0 turns the cached-read path off";
   constexpr std::size_t files = 200;
   std::vector<fs::path> paths;
   std::size_t expected = 0;
@@ -830,10 +831,7 @@ task<std::size_t> read_every_block(fs::path path) {
 }
 
 TEST_P(FileTest, ALoopOfCachedReadsPastItsBudgetYieldsInsteadOfUsingTheDriver) {
-  if (char const* env = std::getenv("SPINDLE_CACHED_READS");
-      env != nullptr && env == std::string("0")) {
-    GTEST_SKIP() << "SPINDLE_CACHED_READS=0 turns the cached-read path off";
-  }
+  if (cached_reads_off()) GTEST_SKIP() << "SPINDLE_CACHED_READS=0 turns the cached-read path off";
   fs::path const path = dir_ / "blocks";
   write_plain(path, pattern_bytes(block_size * block_count));
   runtime rt{runtime_config{.workers = 1, .io = GetParam()}};
