@@ -308,12 +308,19 @@ void scheduler::drain_queues() noexcept {
 
 task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise,
                               spawn_location where) {
-  task_header* task = task_header::of_frame(root.address());
-  // The site is stored before the call below, so that `where` needs no
-  // register across it.
-  init_root(task, root, promise, this, spawn_site_of(where));
   thread_context& ctx = this_thread_context();
-  worker* w = ctx.sched == this ? ctx.self : nullptr;
+  return spawn_on(ctx.sched == this ? ctx.self : nullptr, root, promise, where);
+}
+
+// Inlined into spawn() and spawn_on_current(): a spawn from a task
+// (spindle::spawn) makes one call into the library and reads the thread's
+// context once.
+[[gnu::always_inline]] inline task_header* scheduler::spawn_on(worker* w,
+                                                               std::coroutine_handle<> root,
+                                                               promise_base* promise,
+                                                               spawn_location where) {
+  task_header* task = task_header::of_frame(root.address());
+  init_root(task, root, promise, this, spawn_site_of(where));
   task->spawn_time = spawn_time_now(w);
 
   // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
@@ -556,7 +563,8 @@ task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_
 
 task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
                               spawn_location where) {
-  scheduler* sched = this_thread_context().sched;
+  thread_context const& ctx = this_thread_context();
+  scheduler* sched = ctx.sched;
   if (sched == nullptr) [[unlikely]] {
     if (root) root.destroy();
     throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
@@ -566,7 +574,8 @@ task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promis
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle: spawn of an empty task");
   }
-  return sched->spawn(root, promise, where);
+  // The thread's worker, if any, is one of its scheduler's.
+  return sched->spawn_on(ctx.self, root, promise, where);
 }
 
 void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,

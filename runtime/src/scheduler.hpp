@@ -58,6 +58,10 @@ class scheduler final : public core_platform {
   scheduler& operator=(scheduler const&) = delete;
 
   task_header* spawn(std::coroutine_handle<> root, promise_base* promise, spawn_location where);
+  /// spawn() when the caller knows its thread: `w` is this scheduler's
+  /// worker running the calling thread, or nullptr for any other thread.
+  task_header* spawn_on(worker* w, std::coroutine_handle<> root, promise_base* promise,
+                        spawn_location where);
   /// spawn() of roots[0..n) with one look at the gate, one queue operation
   /// and at most one wake (spawn_batch); out[i] gets roots[i]'s header.
   void spawn_batch(spawn_root_entry const* roots, task_header** out, std::size_t n,
