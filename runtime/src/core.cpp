@@ -213,6 +213,13 @@ task_header* scheduler_core::next_local(worker* w) noexcept {
         w->counters.lifo_hits.add();
         return lifo;
       }
+      if (w->queue.is_empty()) {
+        // Cap reached, but nothing waits in the ring: the flush below would
+        // push the task and pop it straight back (a chain of spawns, every
+        // fourth link). As that pop would, the count starts again.
+        w->lifo_polls_in_a_row = 0;
+        return lifo;
+      }
       // Cap reached: flush the slot to the ring, where stealers can see it,
       // and take the ring's oldest task below.
       if (w->queue.push_back(lifo, inject)) w->counters.overflows.add();
