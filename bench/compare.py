@@ -23,7 +23,14 @@ every workload on every system with the same worker count (default 2):
            fib_30 and fib_35 too (bench/peers/libfork). The section ends with
            the scheduler targets: each workload oneTBB expresses, chained_spawn
            against Tokio, fib against libfork (spindle::fold, and spawn/join
-           for reference)
+           for reference). Before each system's workloads (and after them)
+           bench/xcore_latency measures the round trip of a cache line
+           between the first two CPUs: the row xcore_round_trip. A virtual
+           machine's host may move its CPUs between cores that share a cache
+           and cores that do not during a run, and the workloads that move
+           tasks between workers follow it (README, spawn_many_local); a
+           ratio far from 1 in that row says the two systems were not
+           measured on the same placement
   io       4 KiB random reads at queue depth 1 and 32, 128 KiB sequential
            reads at depth 8, warm (page cache) and cold (the file dropped
            from the cache with posix_fadvise where the kernel allows it):
@@ -325,6 +332,7 @@ class Results:
         self.records = []      # {"workload", "system", "value", "unit"}
         self.missing = {}      # (workload, system) -> reason
         self.notes = []
+        self.xcore = []        # (system, "before"/"after", ns): probe_xcore
 
     def add(self, workload, system, value, unit):
         self.records.append({"workload": workload, "system": system,
@@ -356,7 +364,8 @@ def build_spindle(sections):
     if not set(sections) - {"net"}:
         return  # the net section builds its own programs (net())
     log("building spindle's benchmarks and spindle-scan")
-    targets = ["bench/bench_runtime", "bench/bench_io", "examples/spindle-scan"]
+    targets = ["bench/bench_runtime", "bench/bench_io", "examples/spindle-scan",
+               "bench/xcore_latency"]
     if "bench/bench_fiber" in ninja_targets():  # spindle with fibers
         targets.append("bench/bench_fiber")
     if "fold" in sections:
@@ -642,6 +651,45 @@ def placement_checks(res):
             lines.append(f"spawn_batch, {one} ({system}): {fmt(bv)} {unit} batched vs "
                          f"{fmt(ov)} {unit} one by one ({ov / bv:.2f}x faster)")
     return lines
+
+
+def probe_xcore(res, system, when):
+    """Runs bench/xcore_latency (the round trip of a cache line between the
+    first two CPUs, ns) and records it: as the row xcore_round_trip of
+    `system` when `when` is "before" (its ratio column then shows whether
+    spindle and the peer ran with the same CPU placement), and in
+    res.xcore in any case. None when the probe could not run."""
+    exe = BUILD / "bench" / "xcore_latency"
+    if not exe.exists():
+        return None
+    code, out, err = run([str(exe)], check=False)
+    if code != 0:
+        res.notes.append(f"cross-core probe ({system}, {when}) failed: "
+                         f"{(err.strip().splitlines() or [f'exit status {code}'])[-1]}")
+        return None
+    value = json.loads(out)["round_trip_ns"]
+    if when == "before":
+        res.add("xcore_round_trip", system, value, "ns")
+    res.xcore.append((system, when, value))
+    return value
+
+
+def note_xcore(res):
+    """A note on the probes of the runtime section: their values, and a
+    warning when the host moved the virtual CPUs during the run."""
+    if not res.xcore:
+        return
+    parts = ", ".join(f"{system} {when} {value:.0f}" for system, when, value in res.xcore)
+    note = ("cross-core round trip of a cache line (bench/xcore_latency, ns), "
+            f"around each system's runtime workloads: {parts}.")
+    values = [v for _, _, v in res.xcore]
+    if max(values) > 2 * min(values):
+        note += (" It changed by more than 2x during this run: the host moved the virtual "
+                 "CPUs between cores that share a cache and cores that do not. Workloads "
+                 "that move tasks between workers (spawn_many_*, chained_spawn) can take "
+                 "about 2x longer on the far side (README, spawn_many_local): compare "
+                 "only rows whose systems saw the same xcore_round_trip.")
+    res.notes.append(note)
 
 
 def peer_runtime(cfg, res, system, exe, workloads):
@@ -1872,15 +1920,20 @@ def main():
             res.notes.append("--quick: fib_35 and fib_fold_35 skipped")
         for system in SPINDLE_PLACEMENTS:
             # memory_per_task spawns from a worker: the placement plays no part.
+            probe_xcore(res, system, "before")
             spindle_runtime(cfg, res, [w for w in workloads if system == "spindle"
                                        or w != "memory_per_task"], system)
+            probe_xcore(res, system, "after")
         for system, exe in peers.items():
             if exe is None:
                 for w in workloads:
                     if w in PEER_WORKLOADS[system]:
                         res.miss(w, system, "peer not built")
                 continue
+            probe_xcore(res, system, "before")
             peer_runtime(cfg, res, system, exe, workloads)
+            probe_xcore(res, system, "after")
+        note_xcore(res)
     if "io" in sections:
         status["fio"] = "found" if shutil.which("fio") else "not installed"
         path = out_dir / "io-test-file"

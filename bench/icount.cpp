@@ -12,11 +12,15 @@
 //   spawn_await   N x (spawn a trivial task, await it), from a worker
 //   yield         100 tasks x N/100 yield_now each
 //   chain         a chain of N spawns (each task spawns the next and ends)
+//   spawn_many    N/10000 rounds of spawn_many_local's pattern: a task on
+//                 the worker spawns 10,000 tasks without awaiting them, each
+//                 decrements a shared counter, the last sets an event
 //   remote_spawn  N spawns from the main thread, then join them all
 //   tcp_ping_pong N round trips of 64 bytes between a client and an echo
 //                 task over loopback TCP (user-space instructions only:
 //                 callgrind does not see the kernel's share)
 // Prints the workload's checksum.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +80,30 @@ task<long> chain(int n) {
   co_return n;
 }
 
+task<void> count_down(std::atomic<int>* remaining, spindle::event* done) {
+  if (remaining->fetch_sub(1, std::memory_order_relaxed) == 1) done->set();
+  co_return;
+}
+
+task<void> spawn_detached(int n, std::atomic<int>* remaining, spindle::event* done) {
+  for (int i = 0; i < n; ++i)
+    static_cast<void>(spindle::spawn(count_down(remaining, done)));
+  co_return;
+}
+
+task<long> spawn_many(int rounds) {
+  constexpr int per_round = 10'000;
+  for (int r = 0; r < rounds; ++r) {
+    std::atomic<int> remaining{per_round};
+    spindle::event done;
+    // Spawned, so that the spawns come from the worker (block_on's root
+    // may run on this thread).
+    co_await spindle::spawn(spawn_detached(per_round, &remaining, &done));
+    co_await done.wait();
+  }
+  co_return static_cast<long>(rounds) * per_round;
+}
+
 task<void> nothing() {
   co_return;
 }
@@ -116,8 +144,9 @@ task<long> tcp_ping_pong(int n) {
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::atoi(argv[2]) <= 0) {
-    std::fprintf(stderr,
-                 "usage: bench_icount spawn_await|yield|chain|remote_spawn|tcp_ping_pong N\n");
+    std::fprintf(
+        stderr,
+        "usage: bench_icount spawn_await|yield|chain|spawn_many|remote_spawn|tcp_ping_pong N\n");
     return 2;
   }
   int n = std::atoi(argv[2]);
@@ -129,6 +158,8 @@ int main(int argc, char** argv) {
     result = rt.block_on(yields(100, n / 100));
   } else if (std::strcmp(argv[1], "chain") == 0) {
     result = rt.block_on(chain(n));
+  } else if (std::strcmp(argv[1], "spawn_many") == 0) {
+    result = rt.block_on(spawn_many(n / 10'000 > 0 ? n / 10'000 : 1));
   } else if (std::strcmp(argv[1], "remote_spawn") == 0) {
     std::vector<join_handle<void>> handles;
     handles.reserve(static_cast<std::size_t>(n));
