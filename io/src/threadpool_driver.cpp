@@ -265,6 +265,7 @@ void threadpool_driver::complete(io_op& op, int result) noexcept {
   spindle::detail::task_header* const task = op.task;
   op.result = result;
   op.cancel.store(cancel_state::done, std::memory_order_release);
+  host_->count_completions(spindle::detail::not_a_worker, 1);
   wakes_in_progress_.fetch_add(1, std::memory_order_seq_cst);
   if (!stopping_.load(std::memory_order_seq_cst)) {
     if (spindle::detail::trace_active()) [[unlikely]] {

@@ -71,7 +71,10 @@ class io_host {
   /// Wakes worker `index` if it is parked (through its park word, which
   /// calls driver::unpark when it parks in the driver). Any thread.
   void unpark(std::size_t index) const noexcept { table_->unpark(context_, index); }
-  /// Records `n` I/O completions reaped by worker `index` (runtime_stats).
+  /// Records `n` I/O completions reaped by worker `index`, or completed on
+  /// a thread of the driver's own when `index` is not_a_worker
+  /// (runtime_stats::io_completions). Any thread for not_a_worker; else
+  /// only worker `index`.
   void count_completions(std::size_t index, std::size_t n) const noexcept {
     table_->count_completions(context_, index, n);
   }

@@ -531,8 +531,10 @@ runtime_stats scheduler::stats() const {
     out.global_batch_fetches += s.global_batch_fetches;
     out.timers_fired += s.timers_fired;
     out.inline_polls += s.inline_polls;
+    out.io_completions += s.io_completions;
     out.workers.push_back(s);
   }
+  out.io_completions += offworker_io_completions_.load(std::memory_order_relaxed);
   out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
   // Completions first (acquire): a completion seen implies its spawn seen,

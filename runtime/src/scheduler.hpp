@@ -92,7 +92,13 @@ class scheduler final : public core_platform {
   /// The calling thread's worker index if it is one of ours, else not_a_worker.
   [[nodiscard]] std::size_t current_worker() const noexcept;
   void unpark(std::size_t index) noexcept;
+  /// `index` not_a_worker: completions on a thread of the thread-pool
+  /// backend (one shared counter, runtime_stats::io_completions only).
   void count_completions(std::size_t index, std::size_t n) noexcept {
+    if (index == not_a_worker) {
+      offworker_io_completions_.fetch_add(n, std::memory_order_relaxed);
+      return;
+    }
     core_.workers[index]->counters.io_completions.add(n);
   }
 
@@ -204,6 +210,8 @@ class scheduler final : public core_platform {
   // count theirs in worker_counters::completed.
   std::atomic<std::uint64_t> remote_completed_{0};
   std::atomic<std::uint64_t> detached_exceptions_{0};
+  // I/O completions counted off the workers (count_completions).
+  std::atomic<std::uint64_t> offworker_io_completions_{0};
   // Tasks finished with an exception that a join handle may still take,
   // linked through owned_prev/owned_next; guarded by the process-wide
   // unobserved_lock() (scheduler.cpp), because a handle dropped on another

@@ -25,7 +25,7 @@ struct worker_stats {
   std::uint64_t lifo_hits = 0;             ///< polls served from the LIFO slot
   std::uint64_t global_batch_fetches = 0;  ///< batches taken from the global queue
   std::uint64_t overflows = 0;             ///< ring overflows (128 tasks moved to the global queue)
-  std::uint64_t io_completions = 0;        ///< I/O completions reaped
+  std::uint64_t io_completions = 0;        ///< I/O completions reaped from this worker's ring
   std::uint64_t timers_fired = 0;          ///< timers of this worker's wheel that fired
   std::uint64_t inline_polls =
       0;  ///< of `polled`: tasks polled by a task awaiting them (join fast path)
@@ -44,7 +44,13 @@ struct runtime_stats {
   std::uint64_t tasks_alive = 0;           ///< spawned tasks not yet complete
   std::uint64_t timers_fired = 0;          ///< timers fired (sleeps and timeouts that elapsed)
   std::uint64_t inline_polls = 0;          ///< polls by the join fast path (see worker_stats)
-  std::vector<worker_stats> workers;       ///< per worker, by worker index
+  /// I/O operations the driver completed: those the workers reaped from
+  /// their io_uring rings (the sum of worker_stats::io_completions) plus
+  /// those the thread-pool backend's threads completed. A read that
+  /// io::file::read_at copied from the page cache in the task's poll is
+  /// not one.
+  std::uint64_t io_completions = 0;
+  std::vector<worker_stats> workers;  ///< per worker, by worker index
   // The spawn_blocking pool (not the thread-pool I/O backend's threads). The
   // first three are values now, not event counts.
   std::uint64_t blocking_threads = 0;       ///< pool threads alive now (busy or idle)
