@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 #include "spindle/detail/task_header.hpp"
@@ -52,7 +53,10 @@ constexpr std::size_t min_depot_block = sizeof(free_block);
 
 struct depot_class {
   std::mutex lock;
-  free_block* chains = nullptr;  // guarded by lock
+  // Written under `lock`; read there, and once without it (relaxed) by a
+  // refill that looks before it locks: most misses find the depot empty
+  // (a spawning thread whose tasks are still held by join handles).
+  std::atomic<free_block*> chains{nullptr};
 };
 
 struct depot {
@@ -66,15 +70,29 @@ depot& global_depot() noexcept {
   return *d;
 }
 
+// A thread's lists. Constant-initialized with a trivial destructor, so that
+// the fast paths reach it with one %fs-relative access and no guard (a
+// thread_local with a destructor is checked, and its destructor registered,
+// at every access). The lists are given back at the thread's exit by
+// pool_reaper, a second thread_local that the slow paths register.
+// `counts` holds each list's blocks + 1 while the reaper is registered, and
+// 0 before that and once the pool is destroyed: a free finds a 0 and takes
+// the slow path, which registers the reaper (or, destroyed, deletes the
+// block), so no list gets a block before its thread's reaper exists, and
+// the fast path needs no separate check for either.
 struct thread_pool {
-  std::array<free_block*, class_count> heads{};
-  std::array<std::uint32_t, class_count> counts{};  // blocks in each list
-  frame_pool_counters counters{};
-  bool destroyed = false;  // thread_local destructors of later objects may still free frames
+  std::array<free_block*, class_count> heads;
+  std::array<std::uint32_t, class_count> counts;  // blocks + 1 (0: see above)
+  frame_pool_counters counters;
+  bool reaper_registered;
+  bool destroyed;  // thread_local destructors of later objects may still free frames
 
-  ~thread_pool() {
+  void release_all() noexcept {
     destroyed = true;
-    for (auto& head : heads) {
+    for (std::size_t cls = 0; cls < class_count; ++cls) {
+      free_block* head = heads[cls];
+      heads[cls] = nullptr;
+      counts[cls] = 0;  // every free takes the slow path from now on
       while (head != nullptr) {
         free_block* next = head->next;
         ::operator delete(static_cast<void*>(head));
@@ -83,11 +101,28 @@ struct thread_pool {
     }
   }
 };
+static_assert(std::is_trivially_destructible_v<thread_pool>);
+
+// initial-exec: see this_thread_context (scheduler.cpp).
+[[gnu::tls_model("initial-exec")]] constinit thread_local thread_pool t_pool{};
 
 thread_pool& local_pool() noexcept {
-  // initial-exec: see this_thread_context (scheduler.cpp).
-  [[gnu::tls_model("initial-exec")]] thread_local thread_pool pool;
-  return pool;
+  return t_pool;
+}
+
+struct pool_reaper {
+  ~pool_reaper() { t_pool.release_all(); }
+};
+
+/// Registers the calling thread's reaper (once): its destructor gives the
+/// lists back when the thread exits.
+[[gnu::noinline]] void register_reaper(thread_pool& pool) noexcept {
+  [[gnu::tls_model("initial-exec")]] thread_local pool_reaper reaper;
+  // Passing its declaration constructs it and registers its destructor.
+  static_cast<void>(&reaper);
+  pool.reaper_registered = true;
+  // Every list is empty until now (see thread_pool).
+  pool.counts.fill(1);
 }
 
 /// The class of a request of `bytes` (class_count and above: not pooled).
@@ -114,16 +149,20 @@ static_assert(class_of(max_pooled + 1) == class_count);
   if (class_size(cls) < min_depot_block || pool.destroyed) return false;
   depot& dep = global_depot();
   depot_class& d = dep.classes[cls];
+  // A look without the lock first: an empty class is the common case of a
+  // miss, and its lock and unlock cost the miss about 100 instructions.
+  // A chain pushed meanwhile is found by the next miss.
+  if (d.chains.load(std::memory_order_relaxed) == nullptr) return false;
   free_block* chain;
   {
     std::lock_guard guard(d.lock);
-    chain = d.chains;
+    chain = d.chains.load(std::memory_order_relaxed);
     if (chain == nullptr) return false;
-    d.chains = chain->next_chain;
+    d.chains.store(chain->next_chain, std::memory_order_relaxed);
   }
   dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
   pool.heads[cls] = chain;
-  pool.counts[cls] = transfer_blocks;
+  pool.counts[cls] = transfer_blocks + 1;
   ++pool.counters.depot_refills;
   return true;
 }
@@ -147,8 +186,8 @@ static_assert(class_of(max_pooled + 1) == class_count);
     ++pool.counters.depot_spills;
     depot_class& d = dep.classes[cls];
     std::lock_guard guard(d.lock);
-    chain->next_chain = d.chains;
-    d.chains = chain;
+    chain->next_chain = d.chains.load(std::memory_order_relaxed);
+    d.chains.store(chain, std::memory_order_relaxed);
     return;
   }
   dep.bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
@@ -159,42 +198,50 @@ static_assert(class_of(max_pooled + 1) == class_count);
   }
 }
 
-// The fast paths, inlined into both the plain and the task-frame entry points.
-[[gnu::always_inline]] inline void* pool_allocate(std::size_t bytes) {
-  std::size_t cls = class_of(bytes);
-  if (cls >= class_count) [[unlikely]]
-    return ::operator new(bytes);
+// The slow paths, out of line: the fast ones then keep no register and set
+// up no frame (their calls are tail calls).
+
+/// An allocation the fast path did not serve: size 0, a coarse class or
+/// an unpooled size, or an empty list.
+[[gnu::noinline]] void* allocate_slow(std::size_t bytes) {
+  std::size_t const cls = class_of(bytes);
+  if (cls >= class_count) return ::operator new(bytes);
   thread_pool& pool = local_pool();
-  // A destroyed pool has empty lists: no check needed before the pop.
-  free_block* block = pool.heads[cls];
-  if (block == nullptr) [[unlikely]] {
+  if (pool.heads[cls] == nullptr) {
+    if (pool.destroyed) return ::operator new(class_size(cls));
+    // The list may get blocks now: they must go back when the thread exits.
+    if (!pool.reaper_registered) register_reaper(pool);
     if (!refill_from_depot(pool, cls)) {
-      if (!pool.destroyed) ++pool.counters.pool_misses;
+      ++pool.counters.pool_misses;
       return ::operator new(class_size(cls));
     }
-    block = pool.heads[cls];
   }
+  free_block* block = pool.heads[cls];
   pool.heads[cls] = block->next;
   --pool.counts[cls];
   ++pool.counters.pool_hits;
   return block;
 }
 
-[[gnu::always_inline]] inline void pool_deallocate(void* block, std::size_t bytes) noexcept {
-  std::size_t cls = class_of(bytes);
-  if (cls >= class_count) [[unlikely]] {
+/// A free the fast path did not take: size 0, a coarse class or an
+/// unpooled size, a pool without its reaper yet or destroyed, or a list at
+/// its high water.
+[[gnu::noinline]] void deallocate_slow(void* block, std::size_t bytes) noexcept {
+  std::size_t const cls = class_of(bytes);
+  if (cls >= class_count) {
     ::operator delete(block);
     return;
   }
   thread_pool& pool = local_pool();
-  if (pool.destroyed) [[unlikely]] {
+  if (pool.destroyed) {
     ::operator delete(block);
     return;
   }
+  if (!pool.reaper_registered) register_reaper(pool);
   auto* node = static_cast<free_block*>(block);
   node->next = pool.heads[cls];
   pool.heads[cls] = node;
-  if (++pool.counts[cls] > high_water) [[unlikely]] {
+  if (++pool.counts[cls] > high_water + 1) {
     if (class_size(cls) >= min_depot_block) {
       spill_to_depot(pool, cls);
     } else {
@@ -204,6 +251,55 @@ static_assert(class_of(max_pooled + 1) == class_count);
       ::operator delete(block);
     }
   }
+}
+
+/// The fine class of `bytes`, or class_count when the fast paths do not
+/// serve it (0, or above fine_limit): one subtraction and one shift.
+[[gnu::always_inline]] inline std::size_t fine_class_of(std::size_t bytes) noexcept {
+  std::size_t const cls = (bytes - 1) / fine_step;  // 0 wraps to a huge class
+  return cls < fine_classes ? cls : class_count;
+}
+
+/// Pops a block of fine class `cls`, or returns nullptr (the slow path's).
+[[gnu::always_inline]] inline void* pop_fine(std::size_t cls) noexcept {
+  thread_pool& pool = local_pool();
+  free_block* block = pool.heads[cls];
+  if (block == nullptr) [[unlikely]]
+    return nullptr;
+  pool.heads[cls] = block->next;
+  --pool.counts[cls];
+  ++pool.counters.pool_hits;
+  return block;
+}
+
+// The fast paths, inlined into both the plain and the task-frame entry points.
+[[gnu::always_inline]] inline void* pool_allocate(std::size_t bytes) {
+  std::size_t const cls = fine_class_of(bytes);
+  void* block = cls < class_count ? pop_fine(cls) : nullptr;
+  if (block == nullptr) [[unlikely]]
+    return allocate_slow(bytes);
+  return block;
+}
+
+[[gnu::always_inline]] inline void pool_deallocate(void* block, std::size_t bytes) noexcept {
+  std::size_t const cls = fine_class_of(bytes);
+  if (cls >= class_count) [[unlikely]] {
+    deallocate_slow(block, bytes);
+    return;
+  }
+  thread_pool& pool = local_pool();
+  std::uint32_t const count = pool.counts[cls];
+  // A list with fewer than high_water blocks (count = blocks + 1) takes one
+  // more here. A full one, or a count of 0 (no reaper yet, or destroyed),
+  // takes the slow path.
+  if (count - 1 >= high_water) [[unlikely]] {
+    deallocate_slow(block, bytes);
+    return;
+  }
+  auto* node = static_cast<free_block*>(block);
+  node->next = pool.heads[cls];
+  pool.heads[cls] = node;
+  pool.counts[cls] = count + 1;
 }
 
 }  // namespace
@@ -216,9 +312,20 @@ void frame_deallocate(void* block, std::size_t bytes) noexcept {
   pool_deallocate(block, bytes);
 }
 
+namespace {
+[[gnu::noinline]] void* task_frame_allocate_slow(std::size_t total) {
+  void* block = allocate_slow(total);
+  ::new (block) task_header;
+  return static_cast<char*>(block) + task_frame_prefix;
+}
+}  // namespace
+
 void* task_frame_allocate(std::size_t bytes) {
-  std::size_t total = task_frame_prefix + bytes;
-  void* block = pool_allocate(total);
+  std::size_t const total = task_frame_prefix + bytes;
+  std::size_t const cls = fine_class_of(total);
+  void* block = cls < class_count ? pop_fine(cls) : nullptr;
+  if (block == nullptr) [[unlikely]]
+    return task_frame_allocate_slow(total);
   // An empty header: state 0 says "never spawned" to task_frame_deallocate.
   ::new (block) task_header;
   return static_cast<char*>(block) + task_frame_prefix;
@@ -263,7 +370,7 @@ void frame_pool_release_depot() noexcept {
     free_block* chains;
     {
       std::lock_guard guard(dep.classes[cls].lock);
-      chains = std::exchange(dep.classes[cls].chains, nullptr);
+      chains = dep.classes[cls].chains.exchange(nullptr, std::memory_order_relaxed);
     }
     while (chains != nullptr) {
       free_block* next_chain = chains->next_chain;
