@@ -149,10 +149,6 @@ static_assert(class_of(max_pooled + 1) == class_count);
   if (class_size(cls) < min_depot_block || pool.destroyed) return false;
   depot& dep = global_depot();
   depot_class& d = dep.classes[cls];
-  // A look without the lock first: an empty class is the common case of a
-  // miss, and its lock and unlock cost the miss about 100 instructions.
-  // A chain pushed meanwhile is found by the next miss.
-  if (d.chains.load(std::memory_order_relaxed) == nullptr) return false;
   free_block* chain;
   {
     std::lock_guard guard(d.lock);
@@ -211,7 +207,12 @@ static_assert(class_of(max_pooled + 1) == class_count);
     if (pool.destroyed) return ::operator new(class_size(cls));
     // The list may get blocks now: they must go back when the thread exits.
     if (!pool.reaper_registered) register_reaper(pool);
-    if (!refill_from_depot(pool, cls)) {
+    // A look at the depot's class without its lock (or a call) first: an
+    // empty class is the common case of a miss, and the lock and unlock
+    // cost the miss about 100 instructions. A chain pushed meanwhile is
+    // found by the next miss.
+    if (global_depot().classes[cls].chains.load(std::memory_order_relaxed) == nullptr ||
+        !refill_from_depot(pool, cls)) {
       ++pool.counters.pool_misses;
       return ::operator new(class_size(cls));
     }
