@@ -23,7 +23,11 @@ every workload on every system with the same worker count (default 2):
            fib_30 and fib_35 too (bench/peers/libfork). The section ends with
            the scheduler targets: each workload oneTBB expresses, chained_spawn
            against Tokio, fib against libfork (spindle::fold, and spawn/join
-           for reference). Before each system's workloads (and after them)
+           for reference). oneTBB runs twice: `onetbb`, its measuring thread
+           entering the arena and running tasks (oneTBB's usual
+           task_arena::execute), and `onetbb-outside`, started and waited for
+           from outside the arena as spindle's and Tokio's runs are (the
+           target stays against `onetbb`). Before each system's workloads (and after them)
            bench/xcore_latency measures the round trip of a cache line
            between the first two CPUs: the row xcore_round_trip. A virtual
            machine's host may move its CPUs between cores that share a cache
@@ -231,6 +235,10 @@ PEER_WORKLOADS = {
               if not w.endswith("_batch") and not w.startswith("fib_fold")],
     "onetbb": ["spawn_many_local", "spawn_many_remote_idle", "chained_spawn", "spawn_await",
                "fib_30", "fib_35"],
+    # The same peer started and waited for from outside its arena (the shape
+    # of spindle's and Tokio's versions); spawn_many_remote_idle is the same
+    # in both.
+    "onetbb-outside": ["spawn_many_local", "chained_spawn", "spawn_await", "fib_30", "fib_35"],
     "boost-asio": ["spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy",
                    "yield_many", "ping_pong", "chained_spawn", "spawn_await"],
     # Only with --libfork DIR (libfork is not in Debian): fork-join fib.
@@ -586,6 +594,12 @@ PLACEMENT_TARGETS = [
 RUNTIME_TARGETS = [
     (f"{w} vs oneTBB", w, "onetbb", 1.0) for w in PEER_WORKLOADS["onetbb"]
 ] + [
+    # The same bound against oneTBB in the shape of spindle's own runs (the
+    # measuring thread outside the pool): shown beside the target, which
+    # stays the line above.
+    (f"{w} vs oneTBB from outside (same shape; for reference)", w, "onetbb-outside", 1.0)
+    for w in PEER_WORKLOADS["onetbb-outside"]
+] + [
     ("chained_spawn vs Tokio", "chained_spawn", "tokio", 0.4),
     # spindle's fork-join path (spindle::fold) against libfork's fib, and
     # the general spawn/join for reference; the same with oneTBB.
@@ -706,6 +720,8 @@ def peer_runtime(cfg, res, system, exe, workloads):
         log(f"{system}: {', '.join(group)}")
         cmd = [str(exe), "--workers", str(cfg.workers), "--reps", str(cfg.reps),
                "--min-time", str(cfg.min_time)]
+        if system == "onetbb-outside":
+            cmd += ["--from-outside", "1"]
         for w in group:
             cmd += ["--workload", w]
         code, out, err = run(cmd, check=False)
@@ -1418,7 +1434,7 @@ def net(cfg, res, status, out_dir):
 SYSTEM_ORDER = ["spindle", "spindle-p2c", "spindle-task", "spindle-fold-pool", "spindle-spawn",
                 "spindle-sync-stat", "spindle-uring-stat", "spindle-no-trace-sites",
                 "spindle-traced", "sequential",
-                "tokio", "onetbb", "libfork", "openmp", "gnu-du", "boost-asio", "boost-fiber",
+                "tokio", "onetbb", "onetbb-outside", "libfork", "openmp", "gnu-du", "boost-asio", "boost-fiber",
                 "boost-fiber-64k", "go", "spindle-threadpool",
                 "spindle-ring-only", "spindle-pool-only",
                 "fio-io_uring", "fio-psync", "ripgrep", "grep", "nginx", "redis"]
@@ -1911,6 +1927,7 @@ def main():
         peers = {
             "tokio": build_tokio(status),
             "onetbb": build_cxx_peer("onetbb", "bench/peers/tbb_peer", status),
+            "onetbb-outside": build_cxx_peer("onetbb-outside", "bench/peers/tbb_peer", status),
             "boost-asio": build_cxx_peer("boost-asio", "bench/peers/asio_peer", status),
             "libfork": build_libfork(cfg, status),
         }

@@ -6,7 +6,10 @@
 // and compare.py's docstring.
 //
 // Usage of a peer: PEER --workers N [--reps R] [--min-time SECONDS]
-//                       [--workload NAME]...
+//                       [--from-outside 0|1] [--workload NAME]...
+// --from-outside 1 (the oneTBB peer): every workload starts from the
+// measuring thread outside the pool and is waited for there, as spindle's
+// and Tokio's are, instead of the measuring thread joining the pool.
 // Output on stdout: {"system": S, "workers": N, "results": [
 //   {"workload": NAME, "unit": UNIT, "samples": [v, ...]}, ...]}
 // Each sample is the mean over enough iterations to last --min-time.
@@ -29,6 +32,7 @@ struct options {
   int workers = 2;
   int reps = 5;
   double min_time = 0.2;
+  bool from_outside = false;
   std::vector<std::string> workloads;
 };
 
@@ -47,6 +51,8 @@ inline options parse(int argc, char** argv, char const* program) {
       o.reps = std::atoi(value.c_str());
     } else if (arg == "--min-time") {
       o.min_time = std::atof(value.c_str());
+    } else if (arg == "--from-outside") {
+      o.from_outside = value == "1";
     } else if (arg == "--workload") {
       o.workloads.push_back(value);
     } else {
