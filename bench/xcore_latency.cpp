@@ -11,7 +11,7 @@
 // Why: on a virtual machine the host may move the virtual CPUs between
 // physical cores that share a cache and cores that do not, while a program
 // runs. On the 2-CPU machines of this project the round trip was seen at
-// 80-120 ns or at 390-440 ns, and spawn_many_local's time followed it
+// 80-150 ns or at 390-750 ns, and spawn_many_local's time followed it
 // (README, "spawn_many_local"). bench/compare.py runs this probe before each
 // system's runtime workloads, so that a comparison across a change of the
 // host's placement can be seen for what it is.

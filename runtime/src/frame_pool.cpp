@@ -53,9 +53,9 @@ constexpr std::size_t min_depot_block = sizeof(free_block);
 
 struct depot_class {
   std::mutex lock;
-  // Written under `lock`; read there, and once without it (relaxed) by a
-  // refill that looks before it locks: most misses find the depot empty
-  // (a spawning thread whose tasks are still held by join handles).
+  // Written under `lock`; read there, and once without it (relaxed) by
+  // allocate_slow before it calls the refill: most misses find the depot
+  // empty (a spawning thread whose tasks are still held by join handles).
   std::atomic<free_block*> chains{nullptr};
 };
 
@@ -143,10 +143,11 @@ static_assert(class_of(513) == fine_classes && class_size(fine_classes) == 576);
 static_assert(class_of(max_pooled) == class_count - 1 && class_size(class_count - 1) == max_pooled);
 static_assert(class_of(max_pooled + 1) == class_count);
 
-/// The calling thread's list of class `cls` is empty: take a chain from the
-/// depot into it. Returns false when the depot has none.
+/// The calling thread's list of class `cls` is empty (and its pool not
+/// destroyed: allocate_slow, the only caller, checks): take a chain from
+/// the depot into it. Returns false when the depot has none.
 [[gnu::noinline]] bool refill_from_depot(thread_pool& pool, std::size_t cls) noexcept {
-  if (class_size(cls) < min_depot_block || pool.destroyed) return false;
+  if (class_size(cls) < min_depot_block) return false;
   depot& dep = global_depot();
   depot_class& d = dep.classes[cls];
   free_block* chain;
