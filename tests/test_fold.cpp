@@ -18,6 +18,7 @@
 
 #include "runtime_test_support.hpp"
 #include "spindle/detail/fold_dispatch.hpp"
+#include "spindle/detail/fold_walk.hpp"
 #include "spindle/fiber.hpp"
 #include "spindle/fold.hpp"
 
@@ -183,6 +184,63 @@ TEST(FoldPool, ConcurrentRunsTakeTurnsAndAllSucceed) {
       th.join();
   });
   EXPECT_EQ(good.load(), 3 * per_thread);
+}
+
+// A chain stays private (its owner counts its children's results without
+// atomics) until a steal from the owner's deque makes the owner settle it.
+// Here, on one thread, participant 1 steals every node participant 0's walk
+// of the root left in its deque before participant 0 pops any: all of the
+// root's results arrive from participant 1, and only participant 0's
+// settling (on finding its deque empty) can finish the root.
+TEST(FoldWalk, AChainWhoseChildrenWereAllStolenIsFinishedByItsOwnersSettling) {
+  for (tree const& t : {tree{shape::binary, 6}, tree{shape::wide, 12}, tree{shape::random, 8}}) {
+    result want = sequential(t, count_fold{}, node{1, 0});
+    count_fold const f{};
+    spindle::detail::fold_state<tree, count_fold, node> st(t, f, spindle::fold_policy::standard(),
+                                                           2);
+    st.start(st.part(0), node{1, 0});
+    ASSERT_FALSE(st.root_done());
+    st.participate(st.part(1), true);  // steals it all, then gives up idle
+    EXPECT_GE(st.part(0).deque.stolen(), 2) << static_cast<int>(t.kind);
+    EXPECT_FALSE(st.root_done()) << "the root finished before its owner settled it";
+    st.participate(st.part(0), false);
+    ASSERT_TRUE(st.root_done());
+    EXPECT_EQ(st.take_result(), want) << static_cast<int>(t.kind);
+  }
+}
+
+// Many folds whose nodes take uneven time, with more participants than
+// cores: steals land at every point of a chain's life (before its owner's
+// first result, between two, after all but the last), so chains finish
+// privately, by their owner's settling, and by another participant's last
+// result. Every fold must still match the sequential one.
+struct uneven_fold {
+  result init(node const& n) const {
+    std::uint64_t spins = mix(n.id) % 97;
+    for (std::uint64_t i = 0; i < spins; ++i)
+      spindle::detail::fold_cpu_relax();
+    return {1, mix(n.id) + n.depth, n.depth};
+  }
+  void accumulate(result& h, result&& c) const { count_fold{}.accumulate(h, std::move(c)); }
+  result finalize(result&& h) const { return h; }
+};
+
+TEST(FoldPool, StealsAtEveryPointOfAChainsLifeNeverLoseOrRepeatAResult) {
+  std::vector<tree> trees = {tree{shape::binary, spindle_test::under_tsan ? 7u : 11u},
+                             tree{shape::random, spindle_test::under_tsan ? 7u : 10u},
+                             tree{shape::wide, 30}};
+  int const rounds = static_cast<int>(scaled(60, 6));
+  for (tree const& t : trees) {
+    result want = sequential(t, count_fold{}, node{3, 0});
+    spindle::fold_pool::with(3, [&](spindle::fold_pool& pool) {
+      for (int i = 0; i < rounds; ++i) {
+        auto policy =
+            i % 2 == 0 ? spindle::fold_policy::deep_narrow() : spindle::fold_policy::standard();
+        ASSERT_EQ(pool.run(t, uneven_fold{}, node{3, 0}, policy), want)
+            << "shape " << static_cast<int>(t.kind) << " round " << i;
+      }
+    });
+  }
 }
 
 // ------------------------------------------------------------ exceptions

@@ -68,13 +68,23 @@ class fold_deque {
     }
     T* item = a->slots[static_cast<std::size_t>(b) & a->mask].load(std::memory_order_relaxed);
     if (t == b) {  // the last item: race the thieves for it
-      if (!top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst,
-                                        std::memory_order_relaxed)) {
+      if (top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst,
+                                       std::memory_order_relaxed)) {
+        ++own_takes_;
+      } else {
         item = nullptr;
       }
       bottom_.store(b + 1, std::memory_order_relaxed);
     }
     return item;
+  }
+
+  /// Owner: how many items thieves have taken from this deque so far (top
+  /// counts every take from the top; the owner's own are its last-item
+  /// pops). A relaxed read: a steal is seen by the owner's next pop at the
+  /// latest, whose seq_cst read of top is newer.
+  [[nodiscard]] std::int64_t stolen() const noexcept {
+    return top_.load(std::memory_order_relaxed) - own_takes_;
   }
 
   /// Any thread: the oldest item, or nullptr when empty or lost to a race.
@@ -127,6 +137,7 @@ class fold_deque {
   alignas(64) std::atomic<std::int64_t> bottom_{0};
   std::atomic<ring*> array_{nullptr};
   std::vector<std::unique_ptr<ring>> ring_;  // owner only; all kept until destruction
+  std::int64_t own_takes_ = 0;               // owner only: its pops that advanced top
 };
 
 }  // namespace spindle::detail
