@@ -132,7 +132,7 @@ TEST(Core, AYieldOfTheWorkersOnlyTaskTakesTheLifoSlotAndWakesNobody) {
   // Nothing else on the worker nor in the global queue: the slot, no wake
   // (a woken sibling could only take the task away).
   f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
-  EXPECT_EQ(w->lifo_slot.load(), f.tasks[0]);
+  EXPECT_EQ(w->lifo.peek(), f.tasks[0]);
   EXPECT_TRUE(w->queue.is_empty());
   EXPECT_TRUE(f.platform.unparked.empty()) << "a lone yield woke the sleeper";
   EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
@@ -140,7 +140,7 @@ TEST(Core, AYieldOfTheWorkersOnlyTaskTakesTheLifoSlotAndWakesNobody) {
   // for it (a push into an empty ring).
   f.core.schedule_local(w, f.tasks[1], /*is_yield=*/false);
   f.core.schedule_local(w, f.tasks[0], /*is_yield=*/true);
-  EXPECT_EQ(w->lifo_slot.load(), f.tasks[1]);
+  EXPECT_EQ(w->lifo.peek(), f.tasks[1]);
   EXPECT_EQ(w->queue.len(), 1u);
   EXPECT_EQ(f.platform.unparked, std::vector<std::size_t>{1});
   // Work in the global queue: the yield goes to the ring as well (the next
@@ -149,7 +149,7 @@ TEST(Core, AYieldOfTheWorkersOnlyTaskTakesTheLifoSlotAndWakesNobody) {
   worker* v = g.core.workers[0].get();
   g.core.inject.push(g.tasks[5]);
   g.core.schedule_local(v, g.tasks[0], /*is_yield=*/true);
-  EXPECT_EQ(v->lifo_slot.load(), nullptr);
+  EXPECT_EQ(v->lifo.peek(), nullptr);
   EXPECT_EQ(v->queue.len(), 1u);
   EXPECT_EQ(g.core.next_task(v), g.tasks[5]);
   EXPECT_EQ(g.core.next_task(v), g.tasks[0]);

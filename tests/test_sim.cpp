@@ -600,10 +600,10 @@ class simulation {
     if (!nested && next_unused_ != 0 && rng_.below(5) == 0) {
       std::size_t j = rng_.below(static_cast<std::uint32_t>(next_unused_));
       task_header* c = fakes_[j];
-      bool const from_lifo = w->lifo_slot.load(std::memory_order_relaxed) == c;
+      bool const from_lifo = w->lifo.peek() == c;
       std::uint64_t next = 0;
       if (!tasks_[j].in_poll && ts::claim_for_inline(c, from_lifo, next)) {
-        if (from_lifo) w->lifo_slot.store(nullptr, std::memory_order_relaxed);
+        if (from_lifo) static_cast<void>(w->lifo.take_if(c));
         if (!from_lifo) ++result_.inline_claims;
         SIM_TRACE("inline poll of " + std::to_string(j) +
                   (from_lifo ? " (LIFO slot)" : " (claimed)"));
@@ -703,7 +703,7 @@ class simulation {
     std::size_t n = core_.inject.len();
     for (auto const& w : core_.workers) {
       n += w->queue.len();
-      n += w->lifo_slot.load(std::memory_order_relaxed) != nullptr ? 1 : 0;
+      n += w->lifo.peek() != nullptr ? 1 : 0;
       n += w->batch_len - w->batch_head;
       n += w->remote.len();
     }

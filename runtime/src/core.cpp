@@ -64,18 +64,18 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     // push into an empty ring notifies), which could only take it away: a
     // loop of cached reads (io::file::read_at) yields every 65th read, and
     // paid a futex wake, a search and often a migration each time.
-    to_slot = w->lifo_slot.load(std::memory_order_relaxed) == nullptr && w->queue.is_empty() &&
-              w->remote.is_empty() && inject.is_empty();
+    to_slot = w->lifo.peek() == nullptr && w->queue.is_empty() && w->remote.is_empty() &&
+              inject.is_empty();
   }
   if (to_slot) {
     // Only the owner fills the slot, so an empty slot stays empty until
-    // this store; a full one may be emptied by a rescue meanwhile, hence
-    // the exchange (to_ring is then nullptr).
-    to_ring = w->lifo_slot.load(std::memory_order_relaxed);
-    if (to_ring == nullptr) {
-      w->lifo_slot.store(task, std::memory_order_release);
+    // this store; a full one may be emptied by a rescue meanwhile (to_ring
+    // is then nullptr).
+    if (w->lifo.peek() == nullptr) {
+      w->lifo.put(task);
+      to_ring = nullptr;
     } else {
-      to_ring = w->lifo_slot.exchange(task, std::memory_order_acq_rel);
+      to_ring = w->lifo.replace(task);
     }
     if (to_ring == nullptr) {
       // A task now waits in the slot, where only a rescue can reach it if
@@ -203,10 +203,10 @@ task_header* scheduler_core::not_from_lifo(worker* w, task_header* task) noexcep
 
 task_header* scheduler_core::next_local(worker* w) noexcept {
   bool flushed = false;
-  if (w->lifo_slot.load(std::memory_order_relaxed) != nullptr) {
-    // An exchange: a rescue may take the task at the same moment (then the
-    // slot gives nullptr and the ring is next).
-    task_header* lifo = w->lifo_slot.exchange(nullptr, std::memory_order_acquire);
+  if (w->lifo.peek() != nullptr) {
+    // A rescue may take the task at the same moment (then the slot gives
+    // nullptr and the ring is next).
+    task_header* lifo = w->lifo.take();
     if (lifo != nullptr) {
       if (w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
         ++w->lifo_polls_in_a_row;
@@ -392,7 +392,7 @@ task_header* scheduler_core::rescue_lifo(worker* w) noexcept {
   w->next_rescue_look_ns = now_ns + stalled_lifo_ns() / 4;
   return for_each_victim(w, [&](std::uint32_t v, std::size_t) -> task_header* {
     worker& x = *workers[v];
-    if (x.lifo_slot.load(std::memory_order_relaxed) == nullptr) return nullptr;
+    if (x.lifo.peek() == nullptr) return nullptr;
     auto const now_us = static_cast<std::uint32_t>(now_ns / 1000);
     auto const polls = static_cast<std::uint32_t>(x.counters.polled.get());
     std::uint64_t const seen = x.stall_seen.load(std::memory_order_relaxed);
@@ -402,7 +402,7 @@ task_header* scheduler_core::rescue_lifo(worker* w) noexcept {
       return nullptr;
     }
     if (now_us - static_cast<std::uint32_t>(seen) < stalled_lifo_us_) return nullptr;
-    task_header* task = x.lifo_slot.exchange(nullptr, std::memory_order_acquire);
+    task_header* task = x.lifo.rescue();
     if (task != nullptr) ++w->lifo_rescues;
     return task;
   });
@@ -459,7 +459,7 @@ bool scheduler_core::transition_from_parked(worker* w) noexcept {
     // The watcher's deadline (or any wake of it): a stalled worker's LIFO
     // task becomes this worker's own, and it wakes to run it.
     if (task_header* task = rescue_lifo(w)) {
-      w->lifo_slot.store(task, std::memory_order_release);
+      w->lifo.put(task);
       w->watch_period_ns = stalled_lifo_ns();
       // Awake to run it, and searching as a notified worker would be: the
       // stalled worker may hold more, and other producers see a searcher.

@@ -142,10 +142,10 @@ void scheduler::answer_dump(worker* w) noexcept {
   // worker's rescue, scheduler_core::rescue_lifo), which may then run and
   // free the task: take it out while we read it. Only the owner fills the
   // slot, so it is still empty when the task goes back.
-  if (w->lifo_slot.load(std::memory_order_relaxed) != nullptr) {
-    if (task_header* t = w->lifo_slot.exchange(nullptr, std::memory_order_acquire)) {
+  if (w->lifo.peek() != nullptr) {
+    if (task_header* t = w->lifo.take()) {
       note(t);
-      w->lifo_slot.store(t, std::memory_order_release);
+      w->lifo.put(t);
     }
   }
   for (std::uint32_t i = w->batch_head; i != w->batch_len; ++i)

@@ -290,7 +290,7 @@ void scheduler::drain_queues() noexcept {
     if (!release_if_stale(task) && !task->listed) owned_.link(task, shard);
   };
   for (auto& w : core_.workers) {
-    if (task_header* t = w->lifo_slot.exchange(nullptr, std::memory_order_relaxed)) consume(t);
+    if (task_header* t = w->lifo.drain()) consume(t);
     while (w->batch_head != w->batch_len)
       consume(w->batch[w->batch_head++]);
     while (task_header* t = w->queue.pop())

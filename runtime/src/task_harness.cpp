@@ -128,8 +128,7 @@ void join_detach(task_header* task) noexcept {
     // join bits and drop the handle's reference. The scheduler's reference
     // remains until the task completes, so this one is never the last, and
     // completion reports an exception nobody can take any more.
-    if (worker* w = this_thread_context().self;
-        w != nullptr && w->lifo_slot.load(std::memory_order_relaxed) == task) {
+    if (worker* w = this_thread_context().self; w != nullptr && w->lifo.peek() == task) {
       // Spawned by this worker and never polled: once it is out of the LIFO
       // slot (where only a rescue of a stalled worker could take it,
       // scheduler_core::rescue_lifo) nobody else can reach the task
@@ -143,14 +142,12 @@ void join_detach(task_header* task) noexcept {
       // `listed` is read only once the task is out of the slot: before
       // that, a rescue may take it and its poll write the same byte
       // (TSan: join_detach's read against owned_tasks::link_locked).
-      task_header* expected = task;
-      if (w->lifo_slot.compare_exchange_strong(expected, nullptr, std::memory_order_acquire,
-                                               std::memory_order_relaxed)) {
+      if (w->lifo.take_if(task)) {
         bool const never_polled = !task->listed;
         if (never_polled) {
           task->state.store((s & ~task_state::join_bits) - sb::ref_one, std::memory_order_relaxed);
         }
-        w->lifo_slot.store(task, std::memory_order_release);
+        w->lifo.put(task);
         if (never_polled) return;
       }
     }
@@ -225,14 +222,10 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // it; its entry stays behind as a stale one holding a reference.
   // Out of the slot first (a rescue may race for it); put back if the
   // claim fails.
-  task_header* expected = task;
-  bool const from_lifo =
-      w->lifo_slot.load(std::memory_order_relaxed) == task &&
-      w->lifo_slot.compare_exchange_strong(expected, nullptr, std::memory_order_acquire,
-                                           std::memory_order_relaxed);
+  bool const from_lifo = w->lifo.take_if(task);
   std::uint64_t next = 0;
   if (!task_state::claim_for_inline(task, from_lifo, next)) {
-    if (from_lifo) w->lifo_slot.store(task, std::memory_order_release);
+    if (from_lifo) w->lifo.put(task);
     return false;
   }
   w->counters.inline_polls.add();

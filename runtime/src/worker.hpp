@@ -7,7 +7,7 @@
 // only), park word, searching flag, transitioning-to-park guard, EWMA state
 // of the global-check interval, the hoard counter, the steal RNG, the victim
 // order (topology.hpp), the steal back-off and the worker's timer wheel.
-// Thread-safety: everything but `queue`, `remote` (inbox.hpp), `lifo_slot`,
+// Thread-safety: everything but `queue`, `remote` (inbox.hpp), `lifo`,
 // `stall_seen`, `park`, `transitioning_to_park`, `timers` (its own lock) and
 // `counters` is touched only by the worker's own thread (`cpu` is written
 // before the worker starts its loop; `victims` is an atomic pointer
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "inbox.hpp"
+#include "lifo_slot.hpp"
 #include "park.hpp"
 #include "rng.hpp"
 #include "run_queue.hpp"
@@ -57,11 +58,11 @@ struct worker {
   run_queue queue;
   /// Tasks placed on this worker from outside the workers (placement::p2c).
   inbox remote;
-  /// The LIFO slot. The owner stores into an empty slot with a plain
-  /// release store and takes a task out with an exchange; a searcher that
-  /// rescues a stalled worker's task exchanges it out (rescue_lifo), so
-  /// every task leaves the slot exactly once.
-  std::atomic<task_header*> lifo_slot{nullptr};
+  /// The LIFO slot (lifo_slot.hpp): the owner fills and empties it with
+  /// plain accesses; a searcher or the watcher that rescues a stalled
+  /// worker's task (rescue_lifo) pays for the agreement, so every task
+  /// leaves the slot exactly once.
+  lifo_slot lifo;
   /// The last stall observation of this worker by a searcher or watcher:
   /// {low 32 bits of counters.polled: u32, time in us: u32}; written by any
   /// of them (one word, so a reader never pairs a count with another
@@ -171,8 +172,7 @@ struct worker {
   std::thread thread;
 
   [[nodiscard]] bool has_local_tasks() const noexcept {
-    return lifo_slot.load(std::memory_order_relaxed) != nullptr || batch_head != batch_len ||
-           !queue.is_empty();
+    return lifo.peek() != nullptr || batch_head != batch_len || !queue.is_empty();
   }
 };
 
