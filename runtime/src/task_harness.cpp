@@ -9,7 +9,9 @@
 // which polls it and, at its end, suspends, re-queues or completes it here.
 //
 // Thread-safety: as task_state.hpp: every entry point may race with every
-// other on the same task; each state change is one CAS of task_state.
+// other on the same task; each state change is one CAS of task_state, but
+// where nobody else can reach the task (join_detach's and complete's fast
+// paths: a plain store).
 // Design source: Tokio's task/harness.rs (poll, complete, cancel_task,
 // drop_join_handle), with the transitions in task/state.rs's manner.
 #include <cassert>
@@ -370,10 +372,29 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
 }
 
 void scheduler::complete(task_header* task, worker* w) noexcept {
+  bool const was_listed = task->listed;
   // The caller holds the task (RUNNING): unlink it while nobody else can.
-  if (task->listed) owned_.remove(task);
+  if (was_listed) owned_.remove(task);
   // Failed: held where a join handle dropped later finds it (rare path).
   bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
+  if (!was_listed && !failed) {
+    // Finished in its first poll, never listed: it never suspended, so no
+    // waker of it was ever handed out (a suspension lists the task by the
+    // end of its poll, scheduler::poll_held), and nothing but a join
+    // handle or a stale queue entry can reach it, each with a reference.
+    // Detached with ours the only reference, nobody else can touch the
+    // state any more: a plain store completes it, no CAS (a detached
+    // spawn that finishes at once, as every link of a chain of spawns).
+    std::uint64_t const s = task->state.load(std::memory_order_acquire);
+    if ((s & sb::join_interest) == 0 && s / sb::ref_one == 1) {
+      task->state.store(
+          ((s & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete) - sb::ref_one,
+          std::memory_order_relaxed);
+      count_completion(w);
+      free_task(task);
+      return;
+    }
+  }
   if (failed) hold_unobserved(task);
   // A join handle that holds a reference and has no waiter registered (the
   // awaiting task ran this one inline, or will look later): the scheduler's
