@@ -193,15 +193,17 @@ void scheduler::run_stale_entry(worker* w, task_header* task) noexcept {
 
 void scheduler::run_task(worker* w, task_header* task) noexcept {
   std::uint64_t s;
-  switch (task_state::take_entry(task, s)) {
-    case task_state::entry_action::poll:
-      break;
-    case task_state::entry_action::stale:
-      // A tail call, so that this path costs the common one no saved
-      // registers.
-      return run_stale_entry(w, task);
-    case task_state::entry_action::handed_back:
-      return;  // abort_here completes it
+  if (!task_state::take_entry_alone(task, s)) {
+    switch (task_state::take_entry(task, s)) {
+      case task_state::entry_action::poll:
+        break;
+      case task_state::entry_action::stale:
+        // A tail call, so that this path costs the common one no saved
+        // registers.
+        return run_stale_entry(w, task);
+      case task_state::entry_action::handed_back:
+        return;  // abort_here completes it
+    }
   }
   poll_held(w, task, s);
 }
