@@ -10,8 +10,8 @@
 //
 // Thread-safety: as task_state.hpp: every entry point may race with every
 // other on the same task; each state change is one CAS of task_state, but
-// where nobody else can reach the task (join_detach's and complete's fast
-// paths: a plain store).
+// where nobody else can write the state (join_detach's, run_task's and
+// complete's fast paths: a plain store).
 // Design source: Tokio's task/harness.rs (poll, complete, cancel_task,
 // drop_join_handle), with the transitions in task/state.rs's manner.
 #include <cassert>
@@ -137,15 +137,17 @@ void join_detach(task_header* task) noexcept {
       // (nothing can wake or abort a task that never ran but through this
       // handle, the only one, and a stop_token's callback is registered by
       // the task's first poll), so a plain store does it, and the task goes
-      // back. A task is listed by the end of its first poll that does not
-      // complete it (scheduler::poll_held), so a task woken into the LIFO
-      // slot, which a waker, a timer, I/O or an abort from another thread
-      // can reach, always takes the CAS below.
-      // `listed` is read only once the task is out of the slot: before
-      // that, a rescue may take it and its poll write the same byte
-      // (TSan: join_detach's read against owned_tasks::link_locked).
+      // back. Every poll sets `polled` (scheduler::poll_held), so a task
+      // back in the LIFO slot after a poll (woken, or yielded when it was
+      // its worker's only work), which a waker, a timer, I/O or a stop
+      // callback's abort from another thread can reach, always takes the
+      // CAS below; a spawn from outside is listed at once.
+      // `polled` and `listed` are read only once the task is out of the
+      // slot: before that, a rescue may take it and its poll write the
+      // same byte (TSan: join_detach's read against
+      // owned_tasks::link_locked).
       if (w->lifo.take_if(task)) {
-        bool const never_polled = !task->listed;
+        bool const never_polled = !task->polled && !task->listed;
         if (never_polled) {
           task->state.store((s & ~task_state::join_bits) - sb::ref_one, std::memory_order_relaxed);
         }
@@ -250,6 +252,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   ctx.current = task;
   ctx.sync_io_budget = sync_io_per_poll_;
   task->cancel = nullptr;  // until an awaiter says how to withdraw
+  task->polled = true;
   // Tracing (trace.hpp): the one branch of the poll's span, off the path.
   if (tracing(ctx.trace) == nullptr) [[likely]] {
     task->resume_point.resume();
@@ -380,13 +383,15 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
   // Failed: held where a join handle dropped later finds it (rare path).
   bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
   if (!was_listed && !failed) {
-    // Finished in its first poll, never listed: it never suspended, so no
-    // waker of it was ever handed out (a suspension lists the task by the
-    // end of its poll, scheduler::poll_held), and nothing but a join
-    // handle or a stale queue entry can reach it, each with a reference.
-    // Detached with ours the only reference, nobody else can touch the
-    // state any more: a plain store completes it, no CAS (a detached
-    // spawn that finishes at once, as every link of a chain of spawns).
+    // Detached, with ours the only reference (no join handle, no stale
+    // entry), and not listed: no other thread will look at the task again.
+    // The only writers without a reference are a late waker (NOTIFIED) and
+    // a stop callback's abort (CANCELLED, spindle/stop_token.hpp), and
+    // neither matters now: the callback went with the frame's locals
+    // before the frame finished (std::stop_callback waits for a running
+    // one), and the task is finished and freed here either way, as the CAS
+    // below would. So a plain store completes it (a detached spawn that
+    // finishes at once, as every link of a chain of spawns).
     std::uint64_t const s = task->state.load(std::memory_order_acquire);
     if ((s & sb::join_interest) == 0 && s / sb::ref_one == 1) {
       task->state.store(

@@ -16,7 +16,7 @@
 //                     -> RUNNING, leaving a stale entry (CLAIMED, one
 //                     reference) unless it came out of the caller's LIFO slot
 //   take_entry_alone  take_entry without a CAS, for a task nobody else can
-//                     reach (detached, one reference, never suspended)
+//                     write to (detached, one reference, never polled)
 //   finish_poll       a poll ended with the task suspended: RUNNING -> idle,
 //                     or re-queued (NOTIFIED while running, or yielded)
 //   mark_woken        a waker: idle -> SCHEDULED (the caller queues it, or its
@@ -86,20 +86,23 @@ enum class entry_action : std::uint8_t {
   }
 }
 
-/// take_entry's path for a task nobody else can reach: detached, with the
-/// entry's holder (the scheduler) the only reference, and never listed (it
-/// never suspended, so no waker of it exists; a suspension lists the task
-/// by the end of its poll). No handle can abort, claim or join it, no stale
-/// entry or waker can touch it: a plain store takes RUNNING (a detached
-/// spawn's first poll, as every link of a chain of spawns). `listed` is read
-/// only after the state said so: nobody can be polling the task then.
-/// False, changing nothing, when take_entry must run.
+/// take_entry's path for a task nobody else can write to: detached, with
+/// the entry's holder (the scheduler) the only reference, and never polled.
+/// Without a reference only a waker or a stop callback's abort writes the
+/// state; neither exists before the first poll (a stop callback is
+/// registered by it; after a poll, an abort of the queued task would set
+/// CANCELLED, which a plain store could lose). No handle can abort, claim
+/// or join the task, no stale entry holds it: a plain store takes RUNNING (a
+/// detached spawn's first poll, as every link of a chain of spawns).
+/// `polled` and `listed` are read only after the state said so: nobody can
+/// be polling the task then. False, changing nothing, when take_entry must
+/// run.
 [[nodiscard]] inline bool take_entry_alone(task_header* task, std::uint64_t& s) noexcept {
   s = task->state.load(std::memory_order_acquire);
   if ((s & (sb::claimed | sb::running | sb::join_interest)) != 0 || s / sb::ref_one != 1) {
     return false;
   }
-  if (task->listed) return false;
+  if (task->polled || task->listed) return false;
   task->state.store((s & ~sb::scheduled) | sb::running, std::memory_order_relaxed);
   return true;
 }

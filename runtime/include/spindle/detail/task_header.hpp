@@ -131,6 +131,10 @@ struct alignas(16) task_header {
   /// In an owned-task list (owned_tasks.hpp): spawned from outside the
   /// workers, or suspended at least once. Written by whoever holds the task.
   bool listed : 1 = false;
+  /// Polled at least once (set by every poll, scheduler::poll_held): before
+  /// its first poll nothing of the task has run, so no waker, stop callback
+  /// or suspension of it exists. Written by whoever holds the task.
+  bool polled : 1 = false;
   /// Finished with an exception while a join handle held it: linked (through
   /// owned_prev/owned_next) in its scheduler's list of exceptions a handle
   /// may still take, so that dropping the handle counts an untaken one in
