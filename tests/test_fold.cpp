@@ -218,7 +218,7 @@ struct uneven_fold {
   result init(node const& n) const {
     std::uint64_t spins = mix(n.id) % 97;
     for (std::uint64_t i = 0; i < spins; ++i)
-      spindle::detail::fold_cpu_relax();
+      spindle::detail::cpu_relax();
     return {1, mix(n.id) + n.depth, n.depth};
   }
   void accumulate(result& h, result&& c) const { count_fold{}.accumulate(h, std::move(c)); }

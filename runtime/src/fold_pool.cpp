@@ -107,7 +107,7 @@ void fold_pool::dispatch(void* data, job_fn fn, void* arg, body_fn body) {
   std::uint32_t spins = 0;
   while (!shared_->protocol.latched()) {
     if (++spins < 128) {
-      detail::fold_cpu_relax();
+      detail::cpu_relax();
     } else {
       std::this_thread::yield();
     }

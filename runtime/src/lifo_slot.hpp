@@ -40,6 +40,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "spindle/detail/cpu_relax.hpp"
+
 namespace spindle::detail {
 
 /// Registers the process for expedited private membarriers, once; true when
@@ -149,11 +151,8 @@ class basic_lifo_slot {
   // Waits for the rescue to finish its exchange and resets the record;
   // returns what the rescue took.
   [[gnu::noinline]] T* settle() noexcept {
-    while (!done_.load(std::memory_order_acquire)) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
+    while (!done_.load(std::memory_order_acquire))
+      cpu_relax();
     T* rescued = taken_.load(std::memory_order_relaxed);
     taken_.store(nullptr, std::memory_order_relaxed);
     done_.store(false, std::memory_order_relaxed);

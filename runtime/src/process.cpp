@@ -39,6 +39,7 @@
 
 #include "process_registry.hpp"
 #include "scheduler.hpp"
+#include "spindle/detail/cpu_relax.hpp"
 
 namespace spindle::detail {
 
@@ -139,12 +140,6 @@ void push_free(std::uint32_t index) noexcept {
     return;  // out of memory: the slot is not reused
   }
   sh.size.store(sh.indices.size(), std::memory_order_relaxed);
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 /// Takes a reference on `s` when `accept(word)`; returns the word seen.

@@ -3,6 +3,7 @@
 
 #include "clock.hpp"
 #include "env.hpp"
+#include "spindle/detail/cpu_relax.hpp"
 #include "task_state.hpp"
 
 #include <pthread.h>
@@ -69,14 +70,6 @@ std::uintptr_t half_stack_mark() noexcept {
   ::pthread_attr_destroy(&attr);
   if (rc != 0 || low == nullptr || size == 0) return 0;
   return reinterpret_cast<std::uintptr_t>(low) + size / 2;
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
 }
 
 // `config` with what the environment and the hardware decide filled in:

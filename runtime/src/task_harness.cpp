@@ -382,25 +382,12 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
   if (was_listed) owned_.remove(task);
   // Failed: held where a join handle dropped later finds it (rare path).
   bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
-  if (!was_listed && !failed) {
-    // Detached, with ours the only reference (no join handle, no stale
-    // entry), and not listed: no other thread will look at the task again.
-    // The only writers without a reference are a late waker (NOTIFIED) and
-    // a stop callback's abort (CANCELLED, spindle/stop_token.hpp), and
-    // neither matters now: the callback went with the frame's locals
-    // before the frame finished (std::stop_callback waits for a running
-    // one), and the task is finished and freed here either way, as the CAS
-    // below would. So a plain store completes it (a detached spawn that
-    // finishes at once, as every link of a chain of spawns).
-    std::uint64_t const s = task->state.load(std::memory_order_acquire);
-    if ((s & sb::join_interest) == 0 && s / sb::ref_one == 1) {
-      task->state.store(
-          ((s & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete) - sb::ref_one,
-          std::memory_order_relaxed);
-      count_completion(w);
-      free_task(task);
-      return;
-    }
+  // Not listed, detached, ours the last reference: no other thread will
+  // look at it again (task_state::mark_complete_alone).
+  if (!was_listed && !failed && task_state::mark_complete_alone(task)) {
+    count_completion(w);
+    free_task(task);
+    return;
   }
   if (failed) hold_unobserved(task);
   // A join handle that holds a reference and has no waiter registered (the

@@ -24,6 +24,8 @@
 //   mark_complete     the poll that finished the task: -> COMPLETE, dropping
 //                     the scheduler's reference in the same step when nobody
 //                     waits for the join
+//   mark_complete_alone  mark_complete without a CAS, for a task nobody else
+//                     can reach (not listed, detached, one reference)
 //   release_stale     a stale entry leaves a queue: drops CLAIMED and its
 //                     reference
 //   mark_aborted      abort(): CANCELLED on a queued or running task, or
@@ -218,6 +220,11 @@ struct completion {
   bool last = false;
 };
 
+/// `s` finished: COMPLETE, with RUNNING, NOTIFIED and SCHEDULED cleared.
+[[nodiscard]] constexpr std::uint64_t completed(std::uint64_t s) noexcept {
+  return (s & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete;
+}
+
 /// The holder of RUNNING finishes the task: COMPLETE, with RUNNING,
 /// NOTIFIED and SCHEDULED cleared.
 [[nodiscard]] inline completion mark_complete(task_header* task) noexcept {
@@ -225,13 +232,32 @@ struct completion {
   c.prev = task->state.load(std::memory_order_acquire);
   std::uint64_t next;
   do {
-    next = (c.prev & ~(sb::running | sb::notified | sb::scheduled)) | sb::complete;
+    next = completed(c.prev);
     c.dropped = (c.prev & (sb::join_interest | sb::join_waker)) == sb::join_interest;
     c.last = (c.prev & sb::join_interest) == 0 && c.prev / sb::ref_one == 1;
     if (c.dropped || c.last) next -= sb::ref_one;
   } while (!task->state.compare_exchange_weak(c.prev, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
   return c;
+}
+
+/// mark_complete's path for a finished task that is not listed, detached,
+/// with the holder's the only reference (no join handle, no stale entry):
+/// no other thread will look at it again. The only writers without a
+/// reference are a late waker (NOTIFIED) and a stop callback's abort
+/// (CANCELLED, spindle/stop_token.hpp), and neither matters now: the
+/// callback went with the frame's locals before the frame finished
+/// (std::stop_callback waits for a running one), and the task is finished
+/// and freed either way, as mark_complete's CAS would. So a plain store
+/// completes it, dropping the last reference: true, and the caller frees
+/// the task (a detached spawn that finishes at once, as every link of a
+/// chain of spawns). False, changing nothing, when mark_complete must run.
+/// The caller checked `listed` while holding RUNNING.
+[[nodiscard]] inline bool mark_complete_alone(task_header* task) noexcept {
+  std::uint64_t const s = task->state.load(std::memory_order_acquire);
+  if ((s & sb::join_interest) != 0 || s / sb::ref_one != 1) return false;
+  task->state.store(completed(s) - sb::ref_one, std::memory_order_relaxed);
+  return true;
 }
 
 /// What mark_aborted did.

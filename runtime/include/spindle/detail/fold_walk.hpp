@@ -17,7 +17,7 @@
 // Private chains (the common case, nothing stolen): a chain's owner (the
 // participant that created it) counts the results it hands in itself, in a
 // plain field, and accumulates them straight into the heap. Each child
-// delivers exactly once, so when the owner has handed in all `count`, no
+// delivers exactly once, so when the owner has handed in all of them, no
 // other participant can still deliver: the owner finishes the chain with no
 // atomic operation at all (libfork's join has the same fast path: no
 // atomic unless the parent was stolen). A result can only come from another
@@ -63,6 +63,7 @@
 #include <utility>
 #include <vector>
 
+#include "spindle/detail/cpu_relax.hpp"
 #include "spindle/detail/fold_deque.hpp"
 
 namespace spindle {
@@ -111,14 +112,6 @@ struct fold_policy {
 };
 
 namespace detail {
-
-inline void fold_cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 /// A bump allocator of 64 KiB chunks, freed all at once.
 class fold_arena {
@@ -186,8 +179,7 @@ class fold_state {
     chain* parent;
     std::size_t owner;
     // The owner's alone (see "Private chains" above):
-    std::int64_t count = 0;      // children emitted
-    std::int64_t delivered = 0;  // results the owner handed in while private
+    std::int64_t due = 0;        // while private: results not yet handed in
     bool settled = false;        // pending now counts what is still due
     chain* open_prev = nullptr;  // the owner's list of private chains
     chain* open_next = nullptr;
@@ -270,7 +262,7 @@ class fold_state {
       ++idle;
       if (helper && idle > policy_.helper_idle_rounds) return;
       if (idle <= policy_.idle_spins) {
-        fold_cpu_relax();
+        cpu_relax();
       } else {
         std::this_thread::yield();
       }
@@ -404,7 +396,7 @@ class fold_state {
       deliver(p, parent, value ? &*value : nullptr);
       return;
     }
-    c->count = count;  // private: no atomic until a steal settles it
+    c->due = count;  // private: no atomic until a steal settles it
     if (backlog_fn_ != nullptr && p.deque.size() >= policy_.helper_threshold) {
       backlog_fn_(backlog_arg_);
     }
@@ -420,7 +412,7 @@ class fold_state {
   }
 
   // Settles every private chain of p: each subtracts from its counter the
-  // bias less the results still due (count - delivered), so that the last
+  // bias less the results still due (`due`), so that the last
   // of them, delivered by anyone, brings it to zero. Chains that this
   // finishes (every result due had arrived from other participants) are
   // completed once all are settled: completing one delivers to its parent,
@@ -433,7 +425,7 @@ class fold_state {
     while (c != nullptr) {
       chain* next = c->open_next;
       c->settled = true;
-      std::int64_t amount = bias - (c->count - c->delivered);
+      std::int64_t amount = bias - c->due;
       if (c->pending.fetch_sub(amount, std::memory_order_acq_rel) == amount) {
         c->open_next = done;
         done = c;
@@ -525,9 +517,9 @@ class fold_state {
           }
         }
         if (!c->settled) {
-          // Private: every result so far was the owner's. When all `count`
-          // are, none can come from elsewhere (each child delivers once).
-          if (++c->delivered != c->count) return;
+          // Private: every result so far was the owner's. When all are,
+          // none can come from elsewhere (each child delivers once).
+          if (--c->due != 0) return;
           unlink_open(p, c);
           done = c;
         } else {
