@@ -160,8 +160,9 @@ TEST(Core, AGlobalBatchIsAtMost32Tasks) {
   worker* w = f.core.workers[0].get();
   for (std::size_t i = 0; i < 100; ++i)
     f.core.inject.push(f.tasks[i]);
-  // Nothing local: the global queue. clamp(100 / 2, 4, 64) = 50, capped at
-  // the buffer's 32; every worker is awake, so the batch stays in it.
+  // Nothing local: the global queue. clamp(100 / 2, 4, 160) = 50, capped at
+  // the buffer's 32 (nothing local waits: no spill into the ring); every
+  // worker is awake, so the batch stays in it.
   EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
   EXPECT_EQ(f.core.inject.len(), 68u);
   EXPECT_EQ(w->batch_len - w->batch_head, 31u);
@@ -170,12 +171,32 @@ TEST(Core, AGlobalBatchIsAtMost32Tasks) {
   EXPECT_EQ(w->counters.global_batch_fetches.get(), 1u);
 }
 
+TEST(Core, WithLocalWorkWaitingALookTakesTheWorkersShareIntoTheRing) {
+  core_fixture f(2);
+  worker* w = f.core.workers[0].get();
+  f.push_to_ring(w, f.tasks[900]);  // local work that keeps coming back
+  for (std::size_t i = 0; i < 400; ++i)
+    f.core.inject.push(f.tasks[i]);
+  w->polls_since_global = w->global_interval - 1;  // the next pick looks
+  w->global_first = false;                         // at the global queue first
+  // clamp(400 / 2, 4, 160) = 160: the buffer's 32, and of the rest half the
+  // ring's free slots (127), behind the local task, in the queue's order.
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+  EXPECT_EQ(f.core.inject.len(), 400u - 32u - 127u);
+  ASSERT_EQ(w->queue.len(), 1u + 127u);
+  for (std::size_t i = 1; i < 32; ++i)
+    EXPECT_EQ(f.core.next_task(w), f.tasks[i]);
+  EXPECT_EQ(w->queue.pop(), f.tasks[900]);
+  for (std::size_t i = 32; i < 32 + 127; ++i)
+    EXPECT_EQ(w->queue.pop(), f.tasks[i]);
+}
+
 TEST(Core, ASmallGlobalQueueGivesAtLeastFourPerBatch) {
   core_fixture f(2);
   worker* w = f.core.workers[0].get();
   for (std::size_t i = 0; i < 6; ++i)
     f.core.inject.push(f.tasks[i]);
-  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);  // clamp(6 / 2, 4, 64) = 4
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);  // clamp(6 / 2, 4, 160) = 4
   EXPECT_EQ(f.core.inject.len(), 2u);
   EXPECT_EQ(w->batch_len - w->batch_head, 3u);
 }
@@ -188,7 +209,7 @@ TEST(Core, ABatchGoesToTheRingWhenAWorkerSleeps) {
   for (std::size_t i = 0; i < 10; ++i)
     f.core.inject.push(f.tasks[i]);
   f.platform.unparked.clear();
-  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);  // clamp(10 / 2, 4, 64) = 5 taken
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);  // clamp(10 / 2, 4, 160) = 5 taken
   EXPECT_EQ(w->batch_len - w->batch_head, 0u) << "the batch buffer cannot be stolen from";
   EXPECT_EQ(w->queue.len(), 4u) << "the rest of the batch waits where the sleeper can steal it";
   EXPECT_EQ(f.platform.unparked, std::vector<std::size_t>{1}) << "and the sleeper is woken";

@@ -4,7 +4,8 @@
 //    once, each producer's tasks in its order);
 //  - the decisions (scheduler_core, one thread, fake tasks): a p2c push goes
 //    to the less loaded of two workers and claims it when it is parked; a
-//    worker looks at its inbox before the global queue; a searcher takes
+//    worker looks at its inbox before the global queue, a batch per look and
+//    more of a long inbox into its ring while local work waits; a searcher takes
 //    half of another worker's inbox; a worker does not park on a non-empty
 //    inbox; the placement RNG follows the seed;
 //  - whole runtimes with either placement: spawns and wakes from many
@@ -212,6 +213,46 @@ TEST(P2c, AnInboxIsTakenInBatchesAndNotStarvedByLocalWork) {
     f.core.schedule_local(w, f.tasks[200 + poll % 2], true);  // a yield loop
   }
   EXPECT_GT(from_inbox, 0u) << "local work starved the inbox";
+}
+
+TEST(P2c, ALookWhileLocalWorkWaitsMovesMoreOfALongInboxIntoTheRing) {
+  p2c_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  // Local work that will keep coming back (a task that yields), and a long
+  // inbox: one batch per look would leave 168 tasks behind it.
+  f.push_to_ring(w, f.tasks[400]);
+  for (std::size_t i = 0; i < 200; ++i)
+    f.core.push_remote(f.tasks[i]);
+  w->polls_since_global = w->global_interval - 1;  // the next pick looks
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+  // A batch buffer's worth (32), and half the ring's free slots (127) of
+  // the rest into the ring, behind the local task, in the inbox's order.
+  EXPECT_EQ(w->remote.len(), 200u - 32u - 127u);
+  ASSERT_EQ(w->queue.len(), 1u + 127u);
+  for (std::size_t i = 1; i < 32; ++i)
+    EXPECT_EQ(f.core.next_task(w), f.tasks[i]);
+  EXPECT_EQ(w->queue.pop(), f.tasks[400]);
+  for (std::size_t i = 32; i < 32 + 127; ++i)
+    EXPECT_EQ(w->queue.pop(), f.tasks[i]);
+}
+
+TEST(P2c, ALookIntoAnEmptyOrHalfFullRingTakesOneBatch) {
+  // Nothing local: the batch buffer runs dry first and the next pick looks
+  // again. A ring half full: it may be the one that overflowed, and a
+  // spill would fill it for the next overflow.
+  for (std::size_t local : {std::size_t{0}, std::size_t{128}}) {
+    SCOPED_TRACE(local);
+    p2c_fixture f(1);
+    worker* w = f.core.workers[0].get();
+    for (std::size_t i = 0; i < local; ++i)
+      f.push_to_ring(w, f.tasks[300 + i]);
+    for (std::size_t i = 0; i < 200; ++i)
+      f.core.push_remote(f.tasks[i]);
+    w->polls_since_global = w->global_interval - 1;
+    EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
+    EXPECT_EQ(w->remote.len(), 200u - 32u);
+    EXPECT_EQ(w->queue.len(), local);
+  }
 }
 
 TEST(P2c, ASearcherTakesHalfOfAnotherWorkersInbox) {

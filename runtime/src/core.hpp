@@ -217,10 +217,25 @@ class scheduler_core {
   /// Returns `task`; a task taken from anywhere but the LIFO slot ends a run of
   /// LIFO polls.
   static task_header* not_from_lifo(worker* w, task_header* task) noexcept;
+  /// w's share of the global queue (len / workers, at least 4): up
+  /// to a batch into the batch buffer, the rest into the ring
+  /// (take_spilling).
   task_header* fetch_global(worker* w) noexcept;
-  /// Up to a batch from `w`'s own inbox (into the batch buffer, as
-  /// fetch_global's).
+  /// `w`'s own inbox: up to a batch into the batch buffer (as
+  /// fetch_global's), and what is left beyond it into the ring, up to
+  /// spill_room. With one batch per look, a worker whose ring always held
+  /// work (tasks that yield) took 32 tasks between two of their polls, and
+  /// 10,000 spawns into its inbox waited for about 300 such polls.
   task_header* fetch_inbox(worker* w) noexcept;
+  /// How many tasks a look at a remote queue may move into w's ring beyond
+  /// the batch buffer: half its free slots, at most run_queue::overflow_batch
+  /// (Tokio moves up to half its run queue from the inject queue at once).
+  static std::size_t spill_room(worker const* w) noexcept;
+  /// `got` tasks taken from a remote queue: the first returned, up to a
+  /// batch buffer's worth as take_batch does, the rest pushed to the back
+  /// of the ring in their order (a wake when the ring was empty: they can
+  /// be stolen there).
+  task_header* take_spilling(worker* w, task_header* const* tasks, std::size_t got) noexcept;
   /// Inbox, then global queue.
   task_header* fetch_remote(worker* w) noexcept;
   /// The first of `got` tasks in w->batch, the rest left in the batch
