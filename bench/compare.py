@@ -27,14 +27,16 @@ every workload on every system with the same worker count (default 2):
            entering the arena and running tasks (oneTBB's usual
            task_arena::execute), and `onetbb-outside`, started and waited for
            from outside the arena as spindle's and Tokio's runs are (the
-           target stays against `onetbb`). Before each system's workloads (and after them)
+           target stays against `onetbb`). The section runs workload by
+           workload, every system in turn, so that a row's systems run
+           seconds apart; before each system's run of a workload
            bench/xcore_latency measures the round trip of a cache line
-           between the first two CPUs: the row xcore_round_trip. A virtual
+           between the first two CPUs: the row <workload>.xcore. A virtual
            machine's host may move its CPUs between cores that share a cache
            and cores that do not during a run, and the workloads that move
            tasks between workers follow it (README, spawn_many_local); a
            ratio far from 1 in that row says the two systems were not
-           measured on the same placement
+           measured on the same placement, and the target lines say so
   io       4 KiB random reads at queue depth 1 and 32, 128 KiB sequential
            reads at depth 8, warm (page cache) and cold (the file dropped
            from the cache with posix_fadvise where the kernel allows it):
@@ -340,7 +342,7 @@ class Results:
         self.records = []      # {"workload", "system", "value", "unit"}
         self.missing = {}      # (workload, system) -> reason
         self.notes = []
-        self.xcore = []        # (system, "before"/"after", ns): probe_xcore
+        self.xcore = []        # (system, workload, ns): probe_xcore
 
     def add(self, workload, system, value, unit):
         self.records.append({"workload": workload, "system": system,
@@ -548,7 +550,9 @@ def spindle_runtime(cfg, res, workloads, system="spindle"):
     env = {"SPINDLE_BENCH_WORKERS": str(cfg.workers),
            "SPINDLE_PLACEMENT": SPINDLE_PLACEMENTS[system]}
     timed = [w for w in workloads if w != "memory_per_task"]
-    names = sorted({GB_NAMES[w] for w in timed})
+    # fib_30 and fib_35 are two arguments of one benchmark: name the one.
+    names = sorted({GB_NAMES[w] + (f"/{cfg.workers}/{w.rsplit('_', 1)[1]}"
+                                   if w.startswith("fib_") else "") for w in timed})
     if names:
         log(f"{system}: {', '.join(timed)}")
         _, out, _ = run([str(exe), f"--benchmark_filter=^({'|'.join(names)})/",
@@ -654,7 +658,8 @@ def placement_checks(res):
         ratio = nv / dv
         verdict = "met" if ratio <= bound else "NOT met"
         lines.append(f"{label}: {num} {fmt(nv)} {unit} vs {den} {fmt(dv)} {unit}: {verdict} "
-                     f"({ratio:.2f}x cost, {dv / nv:.2f}x faster; {target})")
+                     f"({ratio:.2f}x cost, {dv / nv:.2f}x faster; {target})"
+                     + placement_differs(res, workload, num, workload, den))
     for system in SPINDLE_PLACEMENTS:
         for one in ("spawn_many_local", "spawn_many_remote_idle", "spawn_many_remote_busy"):
             bv, unit = res.value(one + "_batch", system)
@@ -667,42 +672,55 @@ def placement_checks(res):
     return lines
 
 
-def probe_xcore(res, system, when):
+def probe_xcore(res, system, workload):
     """Runs bench/xcore_latency (the round trip of a cache line between the
-    first two CPUs, ns) and records it: as the row xcore_round_trip of
-    `system` when `when` is "before" (its ratio column then shows whether
-    spindle and the peer ran with the same CPU placement), and in
-    res.xcore in any case. None when the probe could not run."""
+    first two CPUs, ns) just before `system` runs `workload`, and records
+    it as the row `<workload>.xcore` of that system (and in res.xcore). The
+    host may move the virtual CPUs between cores that share a cache and
+    cores that do not at any time: a probe per workload and system tells
+    which rows ran on the same side. None when the probe could not run."""
     exe = BUILD / "bench" / "xcore_latency"
     if not exe.exists():
         return None
     code, out, err = run([str(exe)], check=False)
     if code != 0:
-        res.notes.append(f"cross-core probe ({system}, {when}) failed: "
+        res.notes.append(f"cross-core probe ({system}, {workload}) failed: "
                          f"{(err.strip().splitlines() or [f'exit status {code}'])[-1]}")
         return None
     value = json.loads(out)["round_trip_ns"]
-    if when == "before":
-        res.add("xcore_round_trip", system, value, "ns")
-    res.xcore.append((system, when, value))
+    res.add(f"{workload}.xcore", system, value, "ns")
+    res.xcore.append((system, workload, value))
     return value
 
 
+def placement_differs(res, workload, system, peer_workload, peer):
+    """" (placement differs: ...)" when the probes before the two rows differ
+    by more than 2x (one ran near, the other far), else ""."""
+    a, _ = res.value(f"{workload}.xcore", system)
+    b, _ = res.value(f"{peer_workload}.xcore", peer)
+    if a is None or b is None or max(a, b) <= 2 * min(a, b):
+        return ""
+    return f" (placement differs: {system} {a:.0f} ns, {peer} {b:.0f} ns)"
+
+
 def note_xcore(res):
-    """A note on the probes of the runtime section: their values, and a
+    """A note on the probes of the runtime section: their range, and a
     warning when the host moved the virtual CPUs during the run."""
     if not res.xcore:
         return
-    parts = ", ".join(f"{system} {when} {value:.0f}" for system, when, value in res.xcore)
-    note = ("cross-core round trip of a cache line (bench/xcore_latency, ns), "
-            f"around each system's runtime workloads: {parts}.")
     values = [v for _, _, v in res.xcore]
-    if max(values) > 2 * min(values):
-        note += (" It changed by more than 2x during this run: the host moved the virtual "
-                 "CPUs between cores that share a cache and cores that do not. Workloads "
-                 "that move tasks between workers (spawn_many_*, chained_spawn) can take "
-                 "about 2x longer on the far side (README, spawn_many_local): compare "
-                 "only rows whose systems saw the same xcore_round_trip.")
+    low = min(values)
+    far = sum(1 for v in values if v > 2 * low)
+    note = ("cross-core round trip of a cache line (bench/xcore_latency, ns), probed "
+            f"before each system's run of each workload (the rows <workload>.xcore): "
+            f"{low:.0f} to {max(values):.0f} ns.")
+    if far:
+        note += (f" {far} of {len(values)} probes read more than 2x the lowest: the host moved "
+                 "the virtual CPUs between cores that share a cache and cores that do not "
+                 "during this run. Workloads that move tasks between workers (spawn_many_*, "
+                 "chained_spawn, ping_pong) can take 2-5x longer on the far side (README, "
+                 "spawn_many_local): compare rows whose systems saw the same side; the "
+                 "target lines say when they did not.")
     res.notes.append(note)
 
 
@@ -836,7 +854,8 @@ def target_checks(res, targets):
             continue
         verdict = "met" if ratio <= bound else "NOT met"
         lines.append(f"{label}: spindle {fmt(sv)} {unit} vs {peer} {fmt(pv)} {unit}: "
-                     f"{verdict} ({ratio:.2f}x cost; {target})")
+                     f"{verdict} ({ratio:.2f}x cost; {target})"
+                     + placement_differs(res, mine, "spindle", workload, peer))
     return lines
 
 
@@ -1935,21 +1954,34 @@ def main():
                      if not (cfg.quick and w in ("fib_35", "fib_fold_35"))]
         if cfg.quick:
             res.notes.append("--quick: fib_35 and fib_fold_35 skipped")
-        for system in SPINDLE_PLACEMENTS:
-            # memory_per_task spawns from a worker: the placement plays no part.
-            probe_xcore(res, system, "before")
-            spindle_runtime(cfg, res, [w for w in workloads if system == "spindle"
-                                       or w != "memory_per_task"], system)
-            probe_xcore(res, system, "after")
         for system, exe in peers.items():
             if exe is None:
                 for w in workloads:
                     if w in PEER_WORKLOADS[system]:
                         res.miss(w, system, "peer not built")
-                continue
-            probe_xcore(res, system, "before")
-            peer_runtime(cfg, res, system, exe, workloads)
-            probe_xcore(res, system, "after")
+        built = {system: exe for system, exe in peers.items() if exe is not None}
+        # Workload by workload, every system in turn, each after a probe of
+        # the host's placement: the systems of a row ran seconds apart.
+        for w in workloads:
+            if w == "memory_per_task":
+                continue  # below: RSS growth, a fresh process each
+            for system in SPINDLE_PLACEMENTS:
+                probe_xcore(res, system, w)
+                spindle_runtime(cfg, res, [w], system)
+            for system, exe in built.items():
+                if w in PEER_WORKLOADS[system]:
+                    probe_xcore(res, system, w)
+                    peer_runtime(cfg, res, system, exe, [w])
+        # memory_per_task spawns from a worker: the placement plays no part.
+        if "memory_per_task" in workloads:
+            spindle_runtime(cfg, res, ["memory_per_task"], "spindle")
+            for system, exe in built.items():
+                if "memory_per_task" in PEER_WORKLOADS[system]:
+                    peer_runtime(cfg, res, system, exe, ["memory_per_task"])
+        for system, exe in built.items():
+            for w in workloads:
+                if w not in PEER_WORKLOADS[system]:
+                    res.miss(w, system, "not expressible")
         note_xcore(res)
     if "io" in sections:
         status["fio"] = "found" if shutil.which("fio") else "not installed"
