@@ -4,6 +4,8 @@
 // on it with fake task headers to schedule.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <vector>
 
@@ -38,6 +40,19 @@ struct core_fixture {
   /// the task would be the worker's only work: then it takes the LIFO slot).
   void push_to_ring(spindle::detail::worker* w, spindle::detail::task_header* task) {
     static_cast<void>(w->queue.push_back(task, core.inject));
+  }
+  /// After a look at a remote queue that returned tasks[0], kept
+  /// tasks[1..32) in w's batch buffer and spilled `spilled` more into its
+  /// ring behind the one local task `local`: the buffer serves them in
+  /// order, and the ring holds `local`, then the spilled ones in order.
+  void expect_buffer_then_spill(spindle::detail::worker* w, spindle::detail::task_header* local,
+                                std::size_t spilled) {
+    constexpr std::size_t buffer = spindle::detail::worker::batch_capacity;
+    for (std::size_t i = 1; i < buffer; ++i)
+      EXPECT_EQ(core.next_task(w), tasks[i]) << "batch buffer, task " << i;
+    EXPECT_EQ(w->queue.pop(), local) << "the local task before the spill";
+    for (std::size_t i = buffer; i < buffer + spilled; ++i)
+      EXPECT_EQ(w->queue.pop(), tasks[i]) << "ring, task " << i;
   }
 };
 

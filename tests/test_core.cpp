@@ -184,11 +184,7 @@ TEST(Core, WithLocalWorkWaitingALookTakesTheWorkersShareIntoTheRing) {
   EXPECT_EQ(f.core.next_task(w), f.tasks[0]);
   EXPECT_EQ(f.core.inject.len(), 400u - 32u - 127u);
   ASSERT_EQ(w->queue.len(), 1u + 127u);
-  for (std::size_t i = 1; i < 32; ++i)
-    EXPECT_EQ(f.core.next_task(w), f.tasks[i]);
-  EXPECT_EQ(w->queue.pop(), f.tasks[900]);
-  for (std::size_t i = 32; i < 32 + 127; ++i)
-    EXPECT_EQ(w->queue.pop(), f.tasks[i]);
+  f.expect_buffer_then_spill(w, f.tasks[900], 127);
 }
 
 TEST(Core, ASmallGlobalQueueGivesAtLeastFourPerBatch) {

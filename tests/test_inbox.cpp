@@ -229,11 +229,7 @@ TEST(P2c, ALookWhileLocalWorkWaitsMovesMoreOfALongInboxIntoTheRing) {
   // the rest into the ring, behind the local task, in the inbox's order.
   EXPECT_EQ(w->remote.len(), 200u - 32u - 127u);
   ASSERT_EQ(w->queue.len(), 1u + 127u);
-  for (std::size_t i = 1; i < 32; ++i)
-    EXPECT_EQ(f.core.next_task(w), f.tasks[i]);
-  EXPECT_EQ(w->queue.pop(), f.tasks[400]);
-  for (std::size_t i = 32; i < 32 + 127; ++i)
-    EXPECT_EQ(w->queue.pop(), f.tasks[i]);
+  f.expect_buffer_then_spill(w, f.tasks[400], 127);
 }
 
 TEST(P2c, ALookIntoAnEmptyOrHalfFullRingTakesOneBatch) {

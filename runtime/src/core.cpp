@@ -5,7 +5,6 @@
 #include "trace.hpp"
 
 #include <algorithm>
-#include <array>
 #include <utility>
 
 namespace spindle::detail {
@@ -252,18 +251,10 @@ task_header* scheduler_core::fetch_global(worker* w) noexcept {
   std::size_t len = inject.len();
   if (len == 0) return nullptr;
   // This worker's share, at least a few: a batch buffer, and beyond it up
-  // to half the ring's free slots (take_spilling).
-  std::size_t n = std::clamp<std::size_t>(len / workers.size(), 4,
-                                          worker::batch_capacity + run_queue::overflow_batch);
-  if (n > worker::batch_capacity)
-    n = worker::batch_capacity + std::min(n - worker::batch_capacity, spill_room(w));
-  if (n <= worker::batch_capacity) {
-    std::size_t got = inject.pop_batch(w->batch.data(), n);
-    if (got == 0) return nullptr;
-    w->counters.global_batch_fetches.add();
-    return take_batch(w, got);
-  }
-  std::array<task_header*, worker::batch_capacity + run_queue::overflow_batch> taken;
+  // to spill_room more (take_spilling).
+  std::size_t const share = std::clamp<std::size_t>(len / workers.size(), 4, max_remote_take);
+  std::size_t const n = std::min(share, worker::batch_capacity + spill_room(w));
+  remote_take taken;
   std::size_t got = inject.pop_batch(taken.data(), n);
   if (got == 0) return nullptr;
   w->counters.global_batch_fetches.add();
@@ -271,20 +262,14 @@ task_header* scheduler_core::fetch_global(worker* w) noexcept {
 }
 
 task_header* scheduler_core::fetch_inbox(worker* w) noexcept {
-  // The global queue's batch rule, for a queue of this worker alone: a
-  // batch buffer per look, and what is left beyond it up to half the ring's
-  // free slots.
+  // The global queue's rule, for a queue of this worker alone: a batch
+  // buffer per look, and what is left beyond it up to spill_room.
   std::size_t const len = w->remote.len();
   if (len == 0) return nullptr;
-  std::size_t const room = len > worker::batch_capacity ? spill_room(w) : 0;
-  if (room == 0) {
-    std::size_t got = w->remote.try_take(w->batch.data(), worker::batch_capacity);
-    if (got == 0) return nullptr;
-    return take_batch(w, got);
-  }
-  std::array<task_header*, worker::batch_capacity + run_queue::overflow_batch> taken;
-  std::size_t const want = worker::batch_capacity + std::min(len - worker::batch_capacity, room);
-  std::size_t got = w->remote.try_take(taken.data(), want);
+  std::size_t const beyond = len > worker::batch_capacity ? len - worker::batch_capacity : 0;
+  remote_take taken;
+  std::size_t got =
+      w->remote.try_take(taken.data(), worker::batch_capacity + std::min(beyond, spill_room(w)));
   if (got == 0) return nullptr;
   return take_spilling(w, taken.data(), got);
 }

@@ -29,6 +29,7 @@
 // for deterministic simulation follows the scanner executor.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -229,8 +230,12 @@ class scheduler_core {
   task_header* fetch_inbox(worker* w) noexcept;
   /// How many tasks a look at a remote queue may move into w's ring beyond
   /// the batch buffer: half its free slots, at most run_queue::overflow_batch
-  /// (Tokio moves up to half its run queue from the inject queue at once).
+  /// (Tokio moves up to half its run queue from the inject queue at once);
+  /// 0 when nothing local waits or the ring is half full or more.
   static std::size_t spill_room(worker const* w) noexcept;
+  /// The most one look at a remote queue takes: a batch buffer, and a spill.
+  static constexpr std::size_t max_remote_take = worker::batch_capacity + run_queue::overflow_batch;
+  using remote_take = std::array<task_header*, max_remote_take>;
   /// `got` tasks taken from a remote queue: the first returned, up to a
   /// batch buffer's worth as take_batch does, the rest pushed to the back
   /// of the ring in their order (a wake when the ring was empty: they can
