@@ -44,9 +44,10 @@ class task;
 
 namespace detail {
 
-/// The part of every task promise that the scheduler sees: the continuation
-/// to transfer to at final_suspend (null for a spawned root) and the stored
-/// exception.
+/// The part of every task promise that the scheduler sees: the stored
+/// exception. The continuation to transfer to at final_suspend lives in the
+/// frame's prefix (frame_continuation: a frame that is awaited is never
+/// spawned, so its header's slots are free), not here.
 class promise_base {
  public:
   // Every frame gets room for a task header in front (see task_header.hpp).
@@ -61,8 +62,7 @@ class promise_base {
     bool await_ready() const noexcept { return false; }
     template <class Promise>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
-      std::coroutine_handle<> next = self.promise().continuation_;
-      return next ? next : std::noop_coroutine();
+      return frame_final_transfer(self.address());
     }
     void await_resume() const noexcept {}
   };
@@ -70,7 +70,6 @@ class promise_base {
 
   void unhandled_exception() noexcept { exception_ = std::current_exception(); }
 
-  void set_continuation(std::coroutine_handle<> next) noexcept { continuation_ = next; }
   [[nodiscard]] bool has_exception() const noexcept { return exception_ != nullptr; }
   [[nodiscard]] std::exception_ptr const& exception() const noexcept { return exception_; }
 
@@ -80,7 +79,6 @@ class promise_base {
   }
 
  private:
-  std::coroutine_handle<> continuation_{};
   std::exception_ptr exception_{};
 };
 
@@ -166,7 +164,7 @@ class [[nodiscard]] task {
     bool await_ready() const noexcept { return !frame || frame.done(); }
     /// Awaiter protocol: runs the task, continuing with `caller` at its end.
     std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
-      frame.promise().set_continuation(caller);
+      detail::frame_continuation(frame.address()) = caller;
       return frame;
     }
     /// Awaiter protocol: the task's value, or its exception rethrown;

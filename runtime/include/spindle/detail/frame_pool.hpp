@@ -16,6 +16,8 @@
 // caches and transfer cache in miniature (Bonwick's magazines and depot).
 #pragma once
 
+#include <atomic>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -32,6 +34,34 @@ void frame_deallocate(void* block, std::size_t bytes) noexcept;
 /// Bytes in front of every spindle::task coroutine frame, where the task's
 /// header goes if the frame is spawned (sizeof(detail::task_header)).
 inline constexpr std::size_t task_frame_prefix = 80;
+
+/// Where in its prefix a frame that was never spawned (its header's state,
+/// the first word, is 0) keeps its continuation: the header's resume_point
+/// slot, unused until a spawn (task_header.hpp checks the offset). A root
+/// needs no continuation (its end goes back to the worker), and a frame
+/// that is awaited is never spawned, so the slot serves both and the
+/// promise carries no continuation of its own (8 bytes less per frame).
+inline constexpr std::size_t task_prefix_continuation_offset = 16;
+
+/// The continuation slot of a task<T> frame (see above).
+[[nodiscard]] inline std::coroutine_handle<>& frame_continuation(void* frame) noexcept {
+  return *std::launder(reinterpret_cast<std::coroutine_handle<>*>(
+      static_cast<char*>(frame) - task_frame_prefix + task_prefix_continuation_offset));
+}
+
+/// What a task<T> frame transfers to at its final suspension: its
+/// continuation when it was awaited, nothing (a no-op coroutine: back to the
+/// worker or block_on that resumed it) when it was spawned or never awaited.
+/// The state is read relaxed: a spawned root's stays non-zero until its block
+/// is freed, and an awaited frame's is 0 from its allocation on.
+[[nodiscard]] inline std::coroutine_handle<> frame_final_transfer(void* frame) noexcept {
+  auto const* state = std::launder(reinterpret_cast<std::atomic<std::uint64_t> const*>(
+      static_cast<char*>(frame) - task_frame_prefix));
+  if (state->load(std::memory_order_relaxed) == 0) {
+    if (std::coroutine_handle<> next = frame_continuation(frame)) return next;
+  }
+  return std::noop_coroutine();
+}
 
 /// operator new of task<T> frames: a block of task_frame_prefix + `bytes`
 /// bytes from the pool, with an empty task header in front; returns the

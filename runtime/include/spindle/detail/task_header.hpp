@@ -161,6 +161,9 @@ struct alignas(16) task_header {
 };
 static_assert(sizeof(task_header) == task_frame_prefix,
               "task_frame_prefix (frame_pool.hpp) must be the header's size");
+static_assert(offsetof(task_header, state) == 0 &&
+                  offsetof(task_header, resume_point) == task_prefix_continuation_offset,
+              "frame_final_transfer (frame_pool.hpp) reads the state and the slot here");
 
 /// task_header::spawn_site for `where` (see there).
 /// Three instructions on the spawn path: user-space addresses fit in 47
