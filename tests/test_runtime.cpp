@@ -24,6 +24,7 @@
 
 #include "runtime_test_support.hpp"
 #include "spindle/errors.hpp"
+#include "spindle/event.hpp"
 #include "spindle/io/file.hpp"
 #include "spindle/runtime.hpp"
 #include "spindle/stats.hpp"
@@ -731,3 +732,43 @@ TEST(Runtime, IdleRuntimeUsesAlmostNoCpu) {
 }
 
 }  // namespace
+
+// A task's header keeps its runtime as a 16-bit id (task_header.hpp,
+// runtime_slots), reused once a runtime is gone. A wake from outside must
+// reach the task's own runtime: with one worker per runtime, a task woken
+// into another runtime's queue would resume on that runtime's thread.
+task<void> resume_where_spawned(spindle::event* ev, std::atomic<std::thread::id>* before,
+                                std::atomic<std::thread::id>* after) {
+  before->store(std::this_thread::get_id());
+  co_await ev->wait();
+  after->store(std::this_thread::get_id());
+}
+
+void wake_each_in_its_own_runtime(std::size_t at_once) {
+  std::vector<std::unique_ptr<spindle::runtime>> rts;
+  std::vector<spindle::event> evs(at_once);
+  std::vector<std::atomic<std::thread::id>> before(at_once), after(at_once);
+  std::vector<join_handle<void>> hs;
+  for (std::size_t i = 0; i < at_once; ++i) {
+    rts.push_back(std::make_unique<spindle::runtime>(spindle::runtime_config{.workers = 1}));
+    hs.push_back(rts[i]->spawn(resume_where_spawned(&evs[i], &before[i], &after[i])));
+  }
+  for (std::size_t i = 0; i < at_once; ++i)
+    ASSERT_TRUE(spindle_test::wait_until([&] { return before[i].load() != std::thread::id{}; }));
+  for (std::size_t i = at_once; i-- > 0;)
+    evs[i].set();
+  for (std::size_t i = 0; i < at_once; ++i) {
+    rts[i]->block_on(std::move(hs[i]));
+    EXPECT_EQ(after[i].load(), before[i].load()) << "runtime " << i << "'s task resumed elsewhere";
+  }
+  hs.clear();
+  // Destroyed out of order: ids come free in the middle of the taken ones.
+  for (std::size_t i = 0; i < at_once; i += 2)
+    rts[i].reset();
+  rts.clear();
+}
+
+TEST(Runtime, ManyRuntimesAtOnceAndInTurnEachWakeTheirOwnTasks) {
+  for (int round = 0; round < 20; ++round)
+    wake_each_in_its_own_runtime(24);
+}

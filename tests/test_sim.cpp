@@ -638,7 +638,7 @@ class simulation {
       if ((s & (sb::complete | sb::scheduled | sb::running | sb::notified)) != sb::complete) {
         fail("task " + std::to_string(i) + " done but its state is not COMPLETE alone");
       }
-      if (s / sb::ref_one != 1u + ((s & sb::claimed) != 0 ? 1u : 0u)) {
+      if (sb::refs(s) != 1u + ((s & sb::claimed) != 0 ? 1u : 0u)) {
         fail("task " + std::to_string(i) + " completes with the wrong reference count");
       }
       if ((s & sb::claimed) != 0) done_with_stale_.push_back(i);
@@ -727,8 +727,8 @@ class simulation {
       // References: the join handle's, the scheduler's until completion, a
       // stale entry's.
       std::uint64_t const refs = 1 + (st.done ? 0 : 1) + (claimed ? 1 : 0);
-      if (s / sb::ref_one != refs) {
-        fail(who() + " has " + std::to_string(s / sb::ref_one) + " references, expected " +
+      if (sb::refs(s) != refs) {
+        fail(who() + " has " + std::to_string(sb::refs(s)) + " references, expected " +
              std::to_string(refs));
       }
       if ((s & sb::join_interest) == 0) fail(who() + " lost its join interest");
@@ -821,8 +821,8 @@ class simulation {
       if (!tasks_[i].done) fail("task " + std::to_string(i) + " never finished");
       std::uint64_t const s = fakes_[i]->state.load(std::memory_order_relaxed);
       // Every stale entry was released: the join handle's reference alone.
-      if (s / sb::ref_one != 1 || (s & sb::claimed) != 0) {
-        fail("task " + std::to_string(i) + " ends with " + std::to_string(s / sb::ref_one) +
+      if (sb::refs(s) != 1 || (s & sb::claimed) != 0) {
+        fail("task " + std::to_string(i) + " ends with " + std::to_string(sb::refs(s)) +
              " references");
       }
     }

@@ -7,10 +7,12 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "clock.hpp"
 #include "scheduler.hpp"
+#include "spawn_sites.hpp"
 #include "spindle/dump.hpp"
 
 namespace spindle {
@@ -112,7 +114,7 @@ namespace sb = state_bits;
 
 worker::dump_entry entry_of(task_header* t) noexcept {
   return worker::dump_entry{t, t->state.load(std::memory_order_acquire), t->spawn_site,
-                            t->spawn_time, t->waits_on.load(std::memory_order_relaxed)};
+                            t->waits_on.load(std::memory_order_relaxed)};
 }
 
 // A queue entry's task, unless the entry is stale (CLAIMED: the task was
@@ -222,6 +224,8 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
   seen.reserve(found.size());
   std::uint32_t const now = spawn_time_of(steady_now_ns());
   d.tasks.reserve(found.size());
+  // Each site's location once (the table's lookup takes its lock).
+  std::unordered_map<std::uint32_t, spawn_location> sites;
   for (worker::dump_entry const& e : found) {
     if (!seen.insert(e.task).second) continue;
     task_snapshot t;
@@ -235,9 +239,12 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
       t.state = e.waits_on == wait_kind::io ? task_run_state::blocked_in_driver
                                             : task_run_state::suspended;
     }
-    t.spawned_at = site_location(e.spawn_site);
+    auto site = sites.find(e.spawn_site);
+    if (site == sites.end())
+      site = sites.emplace(e.spawn_site, spawn_site_location(e.spawn_site)).first;
+    t.spawned_at = site->second;
     // Modulo 2^32 units: right for ages below about 52 days.
-    std::uint32_t const age = now - e.spawn_time;
+    std::uint32_t const age = now - spawn_time_in(e.state);
     t.age = std::chrono::nanoseconds(static_cast<std::uint64_t>(age < 0x80000000U ? age : 0)
                                      << spawn_time_shift);
     d.tasks.push_back(t);

@@ -226,7 +226,7 @@ namespace {
 /// The counters of the process's runtime, the calling thread's shard
 /// (nullptr for a block without a runtime: the simulation in test_process).
 process_registry::shard* counters_of(process_base const* b) noexcept {
-  scheduler* s = b->task != nullptr ? b->task->sched : nullptr;
+  scheduler* s = b->task != nullptr ? scheduler_of(b->task) : nullptr;
   return s != nullptr ? &s->processes().mine() : nullptr;
 }
 
@@ -485,7 +485,7 @@ void process_task_done(join_waiter* self) noexcept {
   }
   std::uint64_t const value = pid_value_of(block);
   slot* s = find(index_of(value));
-  process_registry& reg = t->sched->processes();
+  process_registry& reg = scheduler_of(t)->processes();
   process_registry::shard& mine = reg.mine();
   // A park the frame's destruction ended (shutdown) is no longer counted.
   park_withdrawn(block);
@@ -576,7 +576,7 @@ void shutdown_processes(scheduler& sched) noexcept {
   reg.closing.store(true, std::memory_order_seq_cst);
   if (reg.alive() == 0) return;
   for_each_live([&](process_base* b) {
-    if (b->task->sched == &sched) cancel_process(b);
+    if (scheduler_of(b->task) == &sched) cancel_process(b);
   });
   auto const deadline = std::chrono::steady_clock::now() + sched.config().process_shutdown_timeout;
   while (reg.alive() > 0 && std::chrono::steady_clock::now() < deadline) {

@@ -3,6 +3,7 @@
 
 #include "clock.hpp"
 #include "env.hpp"
+#include "spawn_sites.hpp"
 #include "spindle/detail/cpu_relax.hpp"
 #include "task_state.hpp"
 
@@ -20,10 +21,52 @@
 #include <mutex>
 #include <new>
 #include <system_error>
+#include <vector>
 
 namespace spindle::detail {
 
 namespace sb = state_bits;
+
+constinit std::atomic<scheduler*> runtime_slots[max_runtimes]{};
+
+namespace {
+// Which runtime ids are taken (runtime_slot); guarded by the lock. Slot 0
+// stays empty: a state whose id bits are 0 has no runtime.
+struct runtime_ids {
+  std::mutex lock;
+  std::size_t next_free = 1;  // no free id below it
+  std::vector<bool> taken = std::vector<bool>(max_runtimes, false);
+};
+runtime_ids& ids() noexcept {
+  // Never destroyed: a runtime may outlive static destruction's start.
+  static runtime_ids* const r = new runtime_ids;
+  return *r;
+}
+}  // namespace
+
+scheduler::runtime_slot::runtime_slot(scheduler* owner) {
+  runtime_ids& r = ids();
+  std::lock_guard guard(r.lock);
+  std::size_t id = r.next_free;
+  while (id < max_runtimes && r.taken[id])
+    ++id;
+  if (id >= max_runtimes) {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                            "spindle: 65535 runtimes exist already");
+  }
+  r.taken[id] = true;
+  r.next_free = id + 1;
+  id_ = static_cast<std::uint16_t>(id);
+  runtime_slots[id].store(owner, std::memory_order_relaxed);
+}
+
+scheduler::runtime_slot::~runtime_slot() {
+  runtime_ids& r = ids();
+  std::lock_guard guard(r.lock);
+  runtime_slots[id_].store(nullptr, std::memory_order_relaxed);
+  r.taken[id_] = false;
+  if (id_ < r.next_free) r.next_free = id_;
+}
 
 [[gnu::noinline]] thread_context& this_thread_context() noexcept {
   // initial-exec: one %fs-relative load instead of a __tls_get_addr call
@@ -124,17 +167,16 @@ constexpr io_host::calls host_calls{
 
 // What spawn() and spawn_batch() fill in a root's header (already in
 // front of the frame, task_frame_allocate) before it is listed or queued:
-// its resume point, its promise's offset, its scheduler and, for dump(),
-// where it was spawned.
+// its resume point, its promise's offset and, for dump(), where it was
+// spawned. Its runtime's id and the spawn's time go into the state word.
 void init_root(task_header* task, std::coroutine_handle<> root, promise_base* promise,
-               scheduler* sched, std::uint64_t spawn_site) noexcept {
+               std::uint32_t spawn_site) noexcept {
   task->resume_point = root;
   // The promise follows the frame's resume and destroy pointers (16 bytes,
   // or its alignment): far below 256.
   std::ptrdiff_t const promise_offset = reinterpret_cast<char*>(promise) - task->frame_address();
   assert(promise_offset >= 0 && promise_offset < 256);
   task->promise_offset = static_cast<std::uint8_t>(promise_offset);
-  task->sched = sched;
   task->spawn_site = spawn_site;
 }
 
@@ -153,7 +195,9 @@ std::uint32_t spawn_time_now(worker const* w) noexcept {
 // The state goes first: it makes the block the header's, so destroying the
 // frame leaves the block to the handle.
 void refuse_root(task_header* task, std::coroutine_handle<> root) noexcept {
-  task->state.store(sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
+  std::uint64_t const fixed =
+      task->state.load(std::memory_order_relaxed) & ~(sb::ref_mask | (sb::ref_one - 1));
+  task->state.store(fixed | sb::complete | sb::cancelled | sb::join_interest | sb::ref_one,
                     std::memory_order_release);
   task->cancelled_before_finish = true;
   root.destroy();
@@ -165,7 +209,8 @@ void refuse_root(task_header* task, std::coroutine_handle<> root) noexcept {
 // Construction and shutdown
 
 scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
-    : config_(resolve_config(config)),
+    : slot_(this),
+      config_(resolve_config(config)),
       host_(this, host_calls),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, config_.workers, config_.budget, config_.seed,
@@ -313,13 +358,14 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
                                                                promise_base* promise,
                                                                spawn_location where) {
   task_header* task = task_header::of_frame(root.address());
-  init_root(task, root, promise, this, spawn_site_of(where));
-  task->spawn_time = spawn_time_now(w);
+  init_root(task, root, promise, spawn_site_id(where));
 
   // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
   // tasks) may destroy it at once, and a stamp after that went into a freed
   // block (found by test_stress's spawns racing shutdown, under ASan).
-  task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one, std::memory_order_relaxed);
+  task->state.store(sb::fixed_fields(slot_.id(), spawn_time_now(w)) | sb::scheduled |
+                        sb::join_interest | 2 * sb::ref_one,
+                    std::memory_order_relaxed);
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
   // through its queue until it first suspends); a spawn from elsewhere is
   // listed at once, under the gate's lock.
@@ -343,14 +389,13 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
   // As spawn() does for each, with one site and one time for the batch.
-  std::uint64_t const site = spawn_site_of(where);
-  std::uint32_t const spawn_time = spawn_time_now(w);
+  std::uint32_t const site = spawn_site_id(where);
+  std::uint64_t const fixed = sb::fixed_fields(slot_.id(), spawn_time_now(w));
   for (std::size_t i = 0; i < n; ++i) {
     task_header* task = task_header::of_frame(roots[i].frame.address());
-    init_root(task, roots[i].frame, roots[i].promise, this, site);
-    task->spawn_time = spawn_time;
+    init_root(task, roots[i].frame, roots[i].promise, site);
     // Stamped before it is listed (as in spawn()).
-    task->state.store(sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+    task->state.store(fixed | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
                       std::memory_order_relaxed);
     out[i] = task;
   }

@@ -165,7 +165,7 @@ class scheduler final : public core_platform {
   /// did not finish (the owned lists) and drops the scheduler's references.
   void destroy_unfinished_tasks() noexcept;
   /// At shutdown: unlinks the failed tasks whose join handles are still out
-  /// and clears their `sched`, so that the handles never reach this
+  /// and clears their runtime id, so that the handles never reach this
   /// scheduler again (release_unobserved).
   void detach_unobserved() noexcept;
   void park_worker(worker* w) noexcept;
@@ -187,6 +187,23 @@ class scheduler final : public core_platform {
   /// undoes it when the task turned out to be detached.
   void hold_unobserved(task_header* task) noexcept;
   void unhold_unobserved(task_header* task) noexcept;
+
+  /// This runtime's id in runtime_slots (task_header.hpp): taken first and
+  /// given back last, after every task of the runtime is gone or detached.
+  /// Throws std::system_error(resource_unavailable_try_again) when
+  /// max_runtimes - 1 runtimes exist already.
+  class runtime_slot {
+   public:
+    explicit runtime_slot(scheduler* owner);
+    ~runtime_slot();
+    runtime_slot(runtime_slot const&) = delete;
+    runtime_slot& operator=(runtime_slot const&) = delete;
+    [[nodiscard]] std::uint16_t id() const noexcept { return id_; }
+
+   private:
+    std::uint16_t id_;
+  };
+  runtime_slot slot_;
 
   runtime_config config_;
   /// What the driver is given to reach back here.

@@ -102,12 +102,12 @@ sync_io_grant take_sync_io_budget() noexcept {
 }
 
 void wake(task_header* task) noexcept {
-  if (task_state::mark_woken(task)) task->sched->schedule(task);
+  if (task_state::mark_woken(task)) scheduler_of(task)->schedule(task);
 }
 
 bool run_inline(task_header* task) noexcept {
   thread_context& ctx = this_thread_context();
-  if (ctx.self == nullptr || ctx.sched != task->sched) return false;
+  if (ctx.self == nullptr || ctx.sched != scheduler_of(task)) return false;
   return ctx.sched->poll_inline(ctx.self, task);
 }
 
@@ -171,12 +171,12 @@ void task_abort(task_header* task) noexcept {
   // A finished task (every task once its runtime is gone) needs nothing, and
   // its scheduler may no longer exist.
   if ((task->state.load(std::memory_order_acquire) & (sb::complete | sb::cancelled)) != 0) return;
-  task->sched->abort(task);
+  scheduler_of(task)->abort(task);
 }
 
 abort_here_result task_abort_here(task_header* task) noexcept {
   if (task_is_complete(task)) return abort_here_result::gone;
-  return task->sched->abort_here(task);
+  return scheduler_of(task)->abort_here(task);
 }
 
 // ---------------------------------------------------------------------------
@@ -467,9 +467,9 @@ void scheduler::release_unobserved(task_header* task) noexcept {
   bool const untaken = task->root_promise()->has_exception();
   std::lock_guard lock(unobserved_lock());
   task->unobserved = false;
-  scheduler* sched = task->sched;
+  scheduler* sched = scheduler_of(task);
   if (sched == nullptr) {
-    // Its runtime is gone (~scheduler cleared `sched`): nothing to count in.
+    // Its runtime is gone (~scheduler cleared its id): nothing to count in.
     if (untaken) print_unjoined_exception(task, "join_handle dropped with an unobserved exception");
     return;
   }
@@ -501,7 +501,7 @@ void scheduler::detach_unobserved() noexcept {
   std::lock_guard lock(unobserved_lock());
   while (task_header* task = unobserved_) {
     owned_links::unlink(unobserved_, task);
-    task->sched = nullptr;
+    task->state.fetch_and(~sb::runtime_mask, std::memory_order_relaxed);
   }
 }
 

@@ -101,7 +101,7 @@ enum class entry_action : std::uint8_t {
 /// run.
 [[nodiscard]] inline bool take_entry_alone(task_header* task, std::uint64_t& s) noexcept {
   s = task->state.load(std::memory_order_acquire);
-  if ((s & (sb::claimed | sb::running | sb::join_interest)) != 0 || s / sb::ref_one != 1) {
+  if ((s & (sb::claimed | sb::running | sb::join_interest)) != 0 || sb::refs(s) != 1) {
     return false;
   }
   if (task->polled || task->listed) return false;
@@ -119,7 +119,7 @@ enum class entry_action : std::uint8_t {
   while ((s & sb::claimed) != 0) {
     if (task->state.compare_exchange_weak(s, (s & ~sb::claimed) - sb::ref_one,
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
-      last = s / sb::ref_one == 1;
+      last = sb::refs(s) == 1;
       return true;
     }
   }
@@ -234,7 +234,7 @@ struct completion {
   do {
     next = completed(c.prev);
     c.dropped = (c.prev & (sb::join_interest | sb::join_waker)) == sb::join_interest;
-    c.last = (c.prev & sb::join_interest) == 0 && c.prev / sb::ref_one == 1;
+    c.last = (c.prev & sb::join_interest) == 0 && sb::refs(c.prev) == 1;
     if (c.dropped || c.last) next -= sb::ref_one;
   } while (!task->state.compare_exchange_weak(c.prev, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
@@ -255,7 +255,7 @@ struct completion {
 /// The caller checked `listed` while holding RUNNING.
 [[nodiscard]] inline bool mark_complete_alone(task_header* task) noexcept {
   std::uint64_t const s = task->state.load(std::memory_order_acquire);
-  if ((s & sb::join_interest) != 0 || s / sb::ref_one != 1) return false;
+  if ((s & sb::join_interest) != 0 || sb::refs(s) != 1) return false;
   task->state.store(completed(s) - sb::ref_one, std::memory_order_relaxed);
   return true;
 }
@@ -418,12 +418,12 @@ inline constexpr std::uint64_t join_bits = sb::join_interest | sb::join_waker;
   while (!task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
   }
-  return s / sb::ref_one == 1;
+  return sb::refs(s) == 1;
 }
 
 /// Drops one reference. True when it was the last (the caller frees the task).
 [[nodiscard]] inline bool drop_ref(task_header* task) noexcept {
-  return task->state.fetch_sub(sb::ref_one, std::memory_order_acq_rel) / sb::ref_one == 1;
+  return sb::refs(task->state.fetch_sub(sb::ref_one, std::memory_order_acq_rel)) == 1;
 }
 
 /// Shutdown: the runtime destroyed the frame of a task that never finished.

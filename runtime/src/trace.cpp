@@ -148,7 +148,7 @@ void tracer::write() noexcept {
 }
 
 void trace_io(task_header* task, trace_kind kind, char const* op, std::int64_t result) noexcept {
-  scheduler* sched = task->sched;
+  scheduler* sched = scheduler_of(task);
   if (sched == nullptr) return;
   trace_record const r{steady_now_ns(), 0, task_id(task), result, op, kind};
   thread_context const& ctx = this_thread_context();

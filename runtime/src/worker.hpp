@@ -158,9 +158,8 @@ struct worker {
   std::atomic<std::uint64_t> dump_ack{0};
   struct dump_entry {
     task_header* task;
-    std::uint64_t state;
-    std::uint64_t spawn_site;
-    std::uint32_t spawn_time;
+    std::uint64_t state;  ///< also holds the spawn's time (spawn_time_in)
+    std::uint32_t spawn_site;
     wait_kind waits_on;
   };
   std::vector<dump_entry> dump_found;

@@ -27,7 +27,7 @@ struct spawn_location {
 
   /// The caller's location when used as a default argument (as
   /// std::source_location::current()); lines above 65535 read 65535 (the
-  /// task header keeps 16 bits of it).
+  /// spawn-site table keeps 16 bits of it).
   [[nodiscard]] static constexpr spawn_location current(char const* file = __builtin_FILE(),
                                                         unsigned line = __builtin_LINE()) noexcept {
     return spawn_location{file, static_cast<std::uint32_t>(line < 0xffffU ? line : 0xffffU)};

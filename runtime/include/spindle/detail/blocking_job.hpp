@@ -108,7 +108,7 @@ class blocking_awaiter final : public blocking_job, cancel_hook {
     // Before submit: once the pool has the job this awaiter must not touch
     // it, and the hook may run as soon as this poll returns.
     set_cancel_hook(self, this, &blocking_awaiter::on_cancel);
-    blocking_submit const r = submit_blocking(self->sched, *this);
+    blocking_submit const r = submit_blocking(scheduler_of(self), *this);
     // Queued: `this` may be gone from here on. Shutting down: the task stays
     // suspended until the runtime destroys it (its handle reports
     // task_cancelled), like every task the shutdown finds unfinished.

@@ -33,7 +33,7 @@ void frame_deallocate(void* block, std::size_t bytes) noexcept;
 
 /// Bytes in front of every spindle::task coroutine frame, where the task's
 /// header goes if the frame is spawned (sizeof(detail::task_header)).
-inline constexpr std::size_t task_frame_prefix = 80;
+inline constexpr std::size_t task_frame_prefix = 64;
 
 /// Where in its prefix a frame that was never spawned (its header's state,
 /// the first word, is 0) keeps its continuation: the header's resume_point

@@ -1,9 +1,9 @@
 // The header of a spawned task and the calls awaiters make into the scheduler.
 //
-// Shape: one 80-byte header per spawned task, in front of its root coroutine
+// Shape: one 64-byte header per spawned task, in front of its root coroutine
 // frame in the same pool block (see task_header), so that a task costs one
 // allocation (header + frame) and a spawn none. Its `state` word packs the
-// scheduling bits and a reference count:
+// scheduling bits, a reference count and two fields fixed at the spawn:
 //
 //   bit 0 SCHEDULED   in a queue (or handed to a worker), will be polled
 //   bit 1 RUNNING     a worker is resuming it now
@@ -18,8 +18,17 @@
 //                     worker that pops it only drops that reference. A wake
 //                     meanwhile turns it live again (state_bits::mark_scheduled)
 //                     instead of queueing a second entry.
-//   bits 8..63        reference count (scheduler's reference + join handle's
-//                     + a stale entry's)
+//   bits 8..15        reference count (scheduler's reference + join handle's
+//                     + a stale entry's: at most 3)
+//   bits 16..31       the id of the task's runtime (scheduler_of; 0 once the
+//                     runtime is gone), written at the spawn
+//   bits 32..63       the spawn's time (spawn_time_of), for runtime::dump()
+//
+// Every transition keeps bits 16..63 (it sets and clears bits of the word it
+// read, and adds or subtracts ref_one), so the two fixed fields cost no
+// header bytes of their own: with the spawn site interned to 32 bits
+// (spawn_site), the header is 8 words instead of 10, and the benchmark's
+// parked task (48-byte frame) fits a 112-byte block.
 //
 // A wake that arrives while the task runs only sets NOTIFIED; the worker that
 // polls it re-queues it after the poll, so no wake-up is lost and the task is
@@ -59,6 +68,25 @@ inline constexpr std::uint64_t join_interest = 1u << 5;
 inline constexpr std::uint64_t join_waker = 1u << 6;
 inline constexpr std::uint64_t claimed = 1u << 7;
 inline constexpr std::uint64_t ref_one = 1u << 8;
+/// The reference count's bits (8..15).
+inline constexpr std::uint64_t ref_mask = std::uint64_t{0xff} << 8;
+/// Where the runtime's id starts (bits 16..31) and its mask.
+inline constexpr unsigned runtime_shift = 16;
+inline constexpr std::uint64_t runtime_mask = std::uint64_t{0xffff} << runtime_shift;
+/// Where the spawn's time starts (bits 32..63).
+inline constexpr unsigned time_shift = 32;
+
+/// The references `s` counts.
+[[nodiscard]] constexpr std::uint64_t refs(std::uint64_t s) noexcept {
+  return (s & ref_mask) / ref_one;
+}
+
+/// The fields of a new task's state that stay fixed: its runtime's id and
+/// its spawn's time (in spawn_time_of's units).
+[[nodiscard]] constexpr std::uint64_t fixed_fields(std::uint16_t runtime_id,
+                                                   std::uint32_t spawn_time) noexcept {
+  return std::uint64_t{runtime_id} << runtime_shift | std::uint64_t{spawn_time} << time_shift;
+}
 
 /// `s` marked SCHEDULED, for a task that is neither scheduled nor complete.
 /// Sets `push` when the caller must queue an entry. When the task has a stale
@@ -104,7 +132,6 @@ struct alignas(16) task_header {
   task_header* next = nullptr;             ///< run-queue / global-queue link
   std::coroutine_handle<> resume_point{};  ///< what the next poll resumes
   join_waiter* waiter = nullptr;           ///< published by JOIN_WAKER
-  scheduler* sched = nullptr;              ///< the runtime the task belongs to
   task_header* owned_prev = nullptr;       ///< owned-task list links (shutdown; see `listed`)
   task_header* owned_next = nullptr;
   /// How to withdraw the current suspension from its waker when the task is
@@ -113,15 +140,10 @@ struct alignas(16) task_header {
   /// in an awaitable that does not know spindle (nothing can wake it through
   /// the scheduler).
   cancel_hook* cancel = nullptr;
-  /// Where the task was spawned, for runtime::dump(): the file name's
-  /// address in the low 48 bits and the line in the high 16
-  /// (spawn_site_of / site_location). Written at the spawn, before the task
+  /// Where the task was spawned, for runtime::dump(): an interned id
+  /// (spawn_sites.hpp; 0: unknown). Written at the spawn, before the task
   /// is published; left uninitialized until then.
-  std::uint64_t spawn_site;
-  /// The spawn's time for runtime::dump()'s age: steady_clock ns >> 20
-  /// (units of about 1.05 ms), modulo 2^32 (about 52 days). A worker's
-  /// spawn takes its tick's start instead of reading the clock.
-  std::uint32_t spawn_time;
+  std::uint32_t spawn_site;
   std::uint8_t owned_list = 0;      ///< which owned-task list holds it (owned_tasks.hpp: < 256)
   std::uint8_t promise_offset = 0;  ///< the root's promise_base, bytes after the frame
   /// The awaiter of the current suspension (suspend_current), for
@@ -165,31 +187,40 @@ static_assert(offsetof(task_header, state) == 0 &&
                   offsetof(task_header, resume_point) == task_prefix_continuation_offset,
               "frame_final_transfer (frame_pool.hpp) reads the state and the slot here");
 
-/// task_header::spawn_site for `where` (see there).
-/// Three instructions on the spawn path: user-space addresses fit in 47
-/// bits on x86-64 (48 on AArch64; the kernel hands out higher ones only to
-/// an mmap that asks for them, never to a program's or a library's
-/// strings), and spawn_location::current() saturates the line at 65535
-/// (a line above it that a caller sets by hand is kept modulo 65536).
-[[nodiscard]] inline std::uint64_t spawn_site_of(spawn_location where) noexcept {
-  static_assert(sizeof(std::uintptr_t) == 8, "the spawn site packs a 48-bit address");
-  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(where.file)) |
-         (static_cast<std::uint64_t>(where.line) << 48);
-}
-
-/// The spawn_location a task_header::spawn_site holds ("" for unknown).
-[[nodiscard]] inline spawn_location site_location(std::uint64_t site) noexcept {
-  auto const* file = reinterpret_cast<char const*>(
-      static_cast<std::uintptr_t>(site & ((std::uint64_t{1} << 48) - 1)));
-  return spawn_location{file != nullptr ? file : "", static_cast<std::uint32_t>(site >> 48)};
-}
-
-/// task_header::spawn_time's unit: steady_clock ns >> spawn_time_shift.
+/// The spawn's time (state bits 32..63) for runtime::dump()'s age:
+/// steady_clock ns >> spawn_time_shift (units of about 1.05 ms), modulo
+/// 2^32 (about 52 days). A worker's spawn takes its tick's start instead of
+/// reading the clock.
 inline constexpr unsigned spawn_time_shift = 20;
 
 /// `ns` (steady_clock ns) in task_header::spawn_time's units, modulo 2^32.
 [[nodiscard]] constexpr std::uint32_t spawn_time_of(std::uint64_t ns) noexcept {
   return static_cast<std::uint32_t>(ns >> spawn_time_shift);
+}
+
+/// The spawn time a task's state word `s` holds (spawn_time_of's units).
+[[nodiscard]] constexpr std::uint32_t spawn_time_in(std::uint64_t s) noexcept {
+  return static_cast<std::uint32_t>(s >> state_bits::time_shift);
+}
+
+/// Most runtimes alive at once: ids 1 .. max_runtimes - 1 (0: none).
+inline constexpr std::size_t max_runtimes = std::size_t{1} << 16;
+
+/// The live runtimes by id (scheduler.cpp's runtime_slot fills and clears
+/// them): a task's state keeps its runtime's 16-bit id instead of an 8-byte
+/// pointer. Relaxed loads suffice: a task reaches a thread only through a
+/// queue, a waker or a handle, which all publish it after its runtime's
+/// slot was written, and a slot is cleared only once no task of its runtime
+/// can be reached through the runtime any more.
+extern std::atomic<scheduler*> runtime_slots[max_runtimes];
+
+/// The runtime a spawned task belongs to: nullptr once the runtime is gone
+/// (a finished task whose exception a join handle may still take: see
+/// task_header::unobserved).
+[[nodiscard]] inline scheduler* scheduler_of(task_header const* task) noexcept {
+  std::uint64_t const s = task->state.load(std::memory_order_relaxed);
+  return runtime_slots[(s & state_bits::runtime_mask) >> state_bits::runtime_shift].load(
+      std::memory_order_relaxed);
 }
 
 /// A task's id in runtime::dump() and in traces: its header's address / 16,
