@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <set>
 #include <thread>
@@ -298,6 +299,89 @@ TEST(FramePool, CachedBlocksAreReleasedWhenTheThreadExits) {
   });
   // At least the 20 cached blocks (thread exit may delete more: its own state).
   EXPECT_GE(g_deletes.load() - deletes_before, 20);
+}
+
+TEST(FramePool, MissesOfA16ByteClassAreCarvedFromSlabsWithoutOperatorNew) {
+  // 112 bytes: a task with a 64-byte header and a 48-byte frame. malloc
+  // would give each a 128-byte chunk; a slab gives 112.
+  using spindle::detail::frame_pool_slabs;
+  static constexpr std::size_t size = 112;
+  static constexpr std::size_t per_slab = (64 * 1024 - 16) / size;  // 585
+  static constexpr std::size_t n = 2 * per_slab + 10;               // three slabs
+  on_fresh_thread([] {
+    std::vector<void*> blocks;
+    blocks.reserve(n);
+    std::uint64_t const taken0 = frame_pool_slabs().taken;
+    frame_pool_counters const c0 = frame_pool_thread_counters();
+    {
+      counting_scope scope;
+      for (std::size_t i = 0; i < n; ++i)
+        blocks.push_back(frame_allocate(size));
+      if (counting_available) {
+        EXPECT_EQ(scope.news(), 0) << "a carved class called operator new";
+      }
+    }
+    EXPECT_EQ(frame_pool_slabs().taken - taken0, 3u);
+    EXPECT_EQ(frame_pool_thread_counters().pool_misses - c0.pool_misses, n);
+    std::set<void*> const distinct(blocks.begin(), blocks.end());
+    EXPECT_EQ(distinct.size(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto const a = reinterpret_cast<std::uintptr_t>(blocks[i]);
+      EXPECT_EQ(a % 16, 0u);
+      // Carved one after the other: 112 bytes apart within a slab.
+      if (i % per_slab != 0) {
+        EXPECT_EQ(a - reinterpret_cast<std::uintptr_t>(blocks[i - 1]), size) << i;
+      }
+      std::memset(blocks[i], static_cast<int>(i & 0xff), size);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      auto const* p = static_cast<unsigned char const*>(blocks[i]);
+      EXPECT_EQ(p[0], i & 0xff);
+      EXPECT_EQ(p[size - 1], i & 0xff);
+    }
+    for (void* b : blocks)
+      frame_deallocate(b, size);
+  });
+}
+
+TEST(FramePool, ASlabGoesBackOnceAllItsBlocksDo) {
+  // 496 bytes: a class no task of these tests uses. 132 blocks per slab;
+  // 400 blocks take four slabs, the last one carved 4 blocks deep.
+  using spindle::detail::frame_pool_slabs;
+  spindle::detail::frame_pool_release_depot();
+  constexpr std::size_t size = 496;
+  constexpr std::size_t n = 400;
+  std::vector<void*> blocks(n);
+  spindle::detail::frame_pool_slab_counters const s0 = frame_pool_slabs();
+  on_fresh_thread([&] {
+    for (auto& b : blocks)
+      b = frame_allocate(size);
+  });
+  // The carving thread is gone: its slabs' uncarved rest counts as back,
+  // but every block is still out.
+  EXPECT_EQ(frame_pool_slabs().taken - s0.taken, 4u);
+  EXPECT_EQ(frame_pool_slabs().returned, s0.returned);
+  on_fresh_thread([&] {
+    // Freed on another thread: 128 stay in its list, the rest go to the
+    // depot in chains of 64 (none back yet).
+    for (void* b : blocks)
+      frame_deallocate(b, size);
+    EXPECT_EQ(frame_pool_slabs().returned, s0.returned);
+  });  // its list goes back to the slabs
+  EXPECT_LT(frame_pool_slabs().returned - s0.returned, 4u) << "the depot still holds blocks";
+  spindle::detail::frame_pool_release_depot();
+  EXPECT_EQ(frame_pool_slabs().returned - s0.returned, 4u);
+  // A recycled slab is carved again (its range reused, its pages zero).
+  on_fresh_thread([&] {
+    void* b = frame_allocate(size);
+    EXPECT_EQ(frame_pool_slabs().taken - s0.taken, 5u);
+    std::set<std::uintptr_t> old_slabs;
+    for (void* o : blocks)
+      old_slabs.insert(reinterpret_cast<std::uintptr_t>(o) & ~std::uintptr_t{0xffff});
+    EXPECT_EQ(old_slabs.count(reinterpret_cast<std::uintptr_t>(b) & ~std::uintptr_t{0xffff}), 1u)
+        << "a fresh range was taken while recycled ones waited";
+    frame_deallocate(b, size);
+  });
 }
 
 TEST(FramePool, BlocksAreAlignedAndUsable) {

@@ -278,6 +278,46 @@ void on_small_stack(std::size_t stack_bytes, Fn fn) {
   pthread_attr_destroy(&attr);
 }
 
+// A failing frame keeps its continuation and its exception in one word
+// of its promise (a box on the exception path: promise_base): every level
+// here fails, catches its child's failure and fails again, so that each
+// level's box is made, read through the await, and freed (ASan: no leak,
+// no use after free), and the continuation of every level is still found.
+task<int> rethrows_at_every_level(int depth) {
+  if (depth == 0) throw custom_error(0);
+  try {
+    co_return co_await rethrows_at_every_level(depth - 1);
+  } catch (custom_error const& e) {
+    throw custom_error(e.code + 1);
+  }
+}
+
+task<int> recovers_from_every_other_level(int depth) {
+  if (depth == 0) throw custom_error(0);
+  int below = 0;
+  try {
+    below = co_await recovers_from_every_other_level(depth - 1);
+  } catch (custom_error const& e) {
+    below = e.code;
+  }
+  if (depth % 2 == 1) throw custom_error(below + 1);
+  co_return below + 1;
+}
+
+TEST(Task, EveryLevelOfAChainCanFailAndEachFailureReachesItsCaller) {
+  outcome<int> out = sync_run(rethrows_at_every_level(500));
+  ASSERT_NE(out.error, nullptr);
+  try {
+    std::rethrow_exception(out.error);
+  } catch (custom_error const& e) {
+    EXPECT_EQ(e.code, 500);
+  }
+  // Values and failures alternate up the chain.
+  outcome<int> mixed = sync_run(recovers_from_every_other_level(200));
+  ASSERT_EQ(mixed.error, nullptr);
+  EXPECT_EQ(mixed.value, 200);
+}
+
 TEST(Task, DeepRecursionDoesNotGrowTheStack) {
   // 100,000 nested co_await on a 1 MiB stack: without symmetric transfer
   // each level would keep a native frame alive and overflow it.

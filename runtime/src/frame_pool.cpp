@@ -1,12 +1,16 @@
 // Per-thread recycling pools for coroutine frames (see detail/frame_pool.hpp).
 #include "spindle/detail/frame_pool.hpp"
 
+#include <sys/mman.h>
+
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "spindle/detail/task_header.hpp"
 
@@ -70,6 +74,198 @@ depot& global_depot() noexcept {
   return *d;
 }
 
+/// The class of a request of `bytes` (class_count and above: not pooled).
+constexpr std::size_t class_of(std::size_t bytes) noexcept {
+  if (bytes <= fine_limit) return bytes == 0 ? 0 : (bytes - 1) / fine_step;
+  return fine_classes + (bytes - fine_limit - 1) / coarse_step;
+}
+
+/// The bytes of every block of class `cls`.
+constexpr std::size_t class_size(std::size_t cls) noexcept {
+  return cls < fine_classes ? (cls + 1) * fine_step
+                            : fine_limit + (cls - fine_classes + 1) * coarse_step;
+}
+
+static_assert(class_of(1) == 0 && class_size(0) == 8);
+static_assert(class_of(512) == fine_classes - 1 && class_size(fine_classes - 1) == 512);
+static_assert(class_of(513) == fine_classes && class_size(fine_classes) == 576);
+static_assert(class_of(max_pooled) == class_count - 1 && class_size(class_count - 1) == max_pooled);
+static_assert(class_of(max_pooled + 1) == class_count);
+
+// ---------------------------------------------------------------------------
+// Slabs: where the misses of the classes whose size is a multiple of 16
+// (16, 32, ..., 512) get their blocks. A slab is slab_bytes, aligned to
+// slab_bytes, with a small header; the thread that took it carves blocks off
+// it one miss at a time (its pages are touched as they are carved), and a
+// block that goes "back to the system" (the depot full, a thread's exit, the
+// depot released) is counted in its slab's header instead. Once every block
+// of a slab is counted (the carver's uncarved rest is counted when it
+// abandons the slab, at its thread's exit), its pages go back to the kernel
+// (madvise MADV_DONTNEED) and the slab's address range waits for the next
+// slab. malloc would put each of those blocks in a chunk of the request + 8
+// bytes rounded up to 16: a 112-byte task (64-byte header, 48-byte frame)
+// costs 128 bytes there and 112 here. The other classes (8-byte steps that
+// are not 16-byte multiples, the coarse ones) keep ::operator new, where
+// carving would save nothing: their blocks must stay 16-byte aligned.
+// Design source: Bonwick's slab allocator (USENIX 1994), jemalloc's retained
+// extents (ranges kept mapped, their pages purged).
+constexpr std::size_t slab_bytes = 64 * 1024;
+// The header's room at the slab's start (keeps blocks 16-byte aligned).
+constexpr std::size_t slab_header_bytes = 16;
+// Slabs are cut from mappings of this size (one mmap per 64 slabs).
+constexpr std::size_t slab_arena_bytes = 64 * slab_bytes;
+
+struct slab_header {
+  std::atomic<std::uint32_t> released;  // blocks back from the pools, or never carved
+  std::uint32_t capacity;               // blocks the slab holds
+};
+static_assert(sizeof(slab_header) <= slab_header_bytes);
+
+/// Whether class `cls`'s misses are carved from slabs.
+constexpr bool carved_class(std::size_t cls) noexcept {
+  return cls < fine_classes && class_size(cls) % 16 == 0;
+}
+/// The index of a carved class among the carved ones (odd fine classes).
+constexpr std::size_t carve_index(std::size_t cls) noexcept {
+  return cls / 2;
+}
+constexpr std::size_t carved_classes = fine_classes / 2;
+static_assert(carved_class(1) && carve_index(1) == 0 && class_size(1) == 16);
+static_assert(carved_class(13) && class_size(13) == 112);
+static_assert(!carved_class(16) && class_size(16) == 136);
+static_assert(carved_class(fine_classes - 1) &&
+              carve_index(fine_classes - 1) == carved_classes - 1);
+
+// The slabs' source: address ranges cut from arenas, and the ranges of
+// slabs whose blocks all came back (pages purged), reused first.
+struct slab_source {
+  std::mutex lock;
+  std::vector<char*> free_slabs;           // guarded by lock
+  char* arena_next = nullptr;              // guarded by lock
+  char* arena_end = nullptr;               // guarded by lock
+  std::atomic<std::uint64_t> taken{0};     // slabs handed to carvers
+  std::atomic<std::uint64_t> returned{0};  // slabs whose blocks all came back
+};
+
+slab_source& slabs() noexcept {
+  // Never destroyed: threads may free blocks during static destruction.
+  static slab_source* const s = new slab_source;
+  return *s;
+}
+
+/// A fresh slab's range (its pages zero or not yet touched), or nullptr
+/// when the system has no address space left.
+char* take_slab_range() noexcept {
+  slab_source& src = slabs();
+  std::lock_guard guard(src.lock);
+  if (!src.free_slabs.empty()) {
+    char* slab = src.free_slabs.back();
+    src.free_slabs.pop_back();
+    return slab;
+  }
+  if (src.arena_next == src.arena_end) {
+    // Over-map by one slab, then cut the ends off: an aligned arena.
+    std::size_t const want = slab_arena_bytes + slab_bytes;
+    void* p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    auto const raw = reinterpret_cast<std::uintptr_t>(p);
+    std::uintptr_t const start = (raw + slab_bytes - 1) & ~(slab_bytes - 1);
+    if (start > raw) ::munmap(p, start - raw);
+    std::uintptr_t const end = start + slab_arena_bytes;
+    if (raw + want > end) ::munmap(reinterpret_cast<void*>(end), raw + want - end);
+    src.arena_next = reinterpret_cast<char*>(start);
+    src.arena_end = reinterpret_cast<char*>(end);
+  }
+  char* slab = src.arena_next;
+  src.arena_next += slab_bytes;
+  return slab;
+}
+
+/// Every block of `slab` came back: purge its pages and keep its range.
+[[gnu::noinline]] void recycle_slab(char* slab) noexcept {
+  ::madvise(slab, slab_bytes, MADV_DONTNEED);
+  slab_source& src = slabs();
+  src.returned.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard guard(src.lock);
+  try {
+    src.free_slabs.push_back(slab);
+  } catch (...) {
+    // No memory for the list: the range stays mapped (and purged) unused.
+  }
+}
+
+/// Counts `blocks` blocks of `slab` as back; recycles it with the last.
+void slab_count_back(char* slab, std::uint32_t blocks) noexcept {
+  auto* h = reinterpret_cast<slab_header*>(slab);
+  std::uint32_t const capacity = h->capacity;
+  // acq_rel: the last one sees every earlier block's writes before it purges.
+  if (h->released.fetch_add(blocks, std::memory_order_acq_rel) + blocks == capacity)
+    recycle_slab(slab);
+}
+
+/// A block of class `cls` leaves the pools for good.
+void release_block(void* block, std::size_t cls) noexcept {
+  if (carved_class(cls)) {
+    auto const addr = reinterpret_cast<std::uintptr_t>(block);
+    slab_count_back(reinterpret_cast<char*>(addr & ~(slab_bytes - 1)), 1);
+  } else {
+    ::operator delete(block);
+  }
+}
+
+/// A new slab for class `cls`'s blocks (header written). Throws
+/// std::bad_alloc when the system has no address space left.
+char* new_slab(std::size_t cls) {
+  char* slab = take_slab_range();
+  if (slab == nullptr) throw std::bad_alloc();
+  slabs().taken.fetch_add(1, std::memory_order_relaxed);
+  auto* h = ::new (slab) slab_header;
+  h->released.store(0, std::memory_order_relaxed);
+  h->capacity = static_cast<std::uint32_t>((slab_bytes - slab_header_bytes) / class_size(cls));
+  return slab;
+}
+
+/// The calling thread's carving state of one class.
+struct carve_state {
+  char* next;  // the next block to carve (nullptr: no slab)
+  char* end;   // past the slab's last block
+};
+
+/// A block of carved class `cls` for a pool that may still carve.
+void* carve(carve_state& c, std::size_t cls) {
+  std::size_t const size = class_size(cls);
+  if (c.next == c.end) {
+    // The slab's blocks are all carved (or there was none): the next one.
+    char* slab = new_slab(cls);
+    c.next = slab + slab_header_bytes;
+    c.end = c.next + reinterpret_cast<slab_header*>(slab)->capacity * size;
+  }
+  void* block = c.next;
+  c.next += size;
+  return block;
+}
+
+/// Stops carving: the slab's uncarved blocks count as back.
+void abandon(carve_state& c, std::size_t cls) noexcept {
+  if (c.next != nullptr && c.next != c.end) {
+    auto const rest = static_cast<std::uint32_t>((c.end - c.next) / class_size(cls));
+    auto const addr = reinterpret_cast<std::uintptr_t>(c.next);
+    slab_count_back(reinterpret_cast<char*>(addr & ~(slab_bytes - 1)), rest);
+  }
+  c.next = c.end = nullptr;
+}
+
+/// A carved class's block for a pool that is destroyed (a frame allocated
+/// by a thread_local destructor after the pool's own ran): a slab of its
+/// own whose other blocks count as back at once, so that the block's return
+/// recycles it.
+void* carve_alone(std::size_t cls) {
+  char* slab = new_slab(cls);
+  auto* h = reinterpret_cast<slab_header*>(slab);
+  h->released.store(h->capacity - 1, std::memory_order_relaxed);
+  return slab + slab_header_bytes;
+}
+
 // A thread's lists. Constant-initialized with a trivial destructor, so that
 // the fast paths reach it with one %fs-relative access and no guard (a
 // thread_local with a destructor is checked, and its destructor registered,
@@ -82,7 +278,8 @@ depot& global_depot() noexcept {
 // the fast path needs no separate check for either.
 struct thread_pool {
   std::array<free_block*, class_count> heads;
-  std::array<std::uint32_t, class_count> counts;  // blocks + 1 (0: see above)
+  std::array<std::uint32_t, class_count> counts;    // blocks + 1 (0: see above)
+  std::array<carve_state, carved_classes> carving;  // by carve_index
   frame_pool_counters counters;
   bool reaper_registered;
   bool destroyed;  // thread_local destructors of later objects may still free frames
@@ -95,9 +292,10 @@ struct thread_pool {
       counts[cls] = 0;  // every free takes the slow path from now on
       while (head != nullptr) {
         free_block* next = head->next;
-        ::operator delete(static_cast<void*>(head));
+        release_block(head, cls);
         head = next;
       }
+      if (carved_class(cls)) abandon(carving[carve_index(cls)], cls);
     }
   }
 };
@@ -124,24 +322,6 @@ struct pool_reaper {
   // Every list is empty until now (see thread_pool).
   pool.counts.fill(1);
 }
-
-/// The class of a request of `bytes` (class_count and above: not pooled).
-constexpr std::size_t class_of(std::size_t bytes) noexcept {
-  if (bytes <= fine_limit) return bytes == 0 ? 0 : (bytes - 1) / fine_step;
-  return fine_classes + (bytes - fine_limit - 1) / coarse_step;
-}
-
-/// The bytes of every block of class `cls`.
-constexpr std::size_t class_size(std::size_t cls) noexcept {
-  return cls < fine_classes ? (cls + 1) * fine_step
-                            : fine_limit + (cls - fine_classes + 1) * coarse_step;
-}
-
-static_assert(class_of(1) == 0 && class_size(0) == 8);
-static_assert(class_of(512) == fine_classes - 1 && class_size(fine_classes - 1) == 512);
-static_assert(class_of(513) == fine_classes && class_size(fine_classes) == 576);
-static_assert(class_of(max_pooled) == class_count - 1 && class_size(class_count - 1) == max_pooled);
-static_assert(class_of(max_pooled + 1) == class_count);
 
 /// The calling thread's list of class `cls` is empty (and its pool not
 /// destroyed: allocate_slow, the only caller, checks): take a chain from
@@ -190,7 +370,7 @@ static_assert(class_of(max_pooled + 1) == class_count);
   dep.bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
   while (chain != nullptr) {
     free_block* next = chain->next;
-    ::operator delete(static_cast<void*>(chain));
+    release_block(chain, cls);
     chain = next;
   }
 }
@@ -205,7 +385,8 @@ static_assert(class_of(max_pooled + 1) == class_count);
   if (cls >= class_count) return ::operator new(bytes);
   thread_pool& pool = local_pool();
   if (pool.heads[cls] == nullptr) {
-    if (pool.destroyed) return ::operator new(class_size(cls));
+    if (pool.destroyed)
+      return carved_class(cls) ? carve_alone(cls) : ::operator new(class_size(cls));
     // The list may get blocks now: they must go back when the thread exits.
     if (!pool.reaper_registered) register_reaper(pool);
     // A look at the depot's class without its lock (or a call) first: an
@@ -215,6 +396,7 @@ static_assert(class_of(max_pooled + 1) == class_count);
     if (global_depot().classes[cls].chains.load(std::memory_order_relaxed) == nullptr ||
         !refill_from_depot(pool, cls)) {
       ++pool.counters.pool_misses;
+      if (carved_class(cls)) return carve(pool.carving[carve_index(cls)], cls);
       return ::operator new(class_size(cls));
     }
   }
@@ -236,7 +418,7 @@ static_assert(class_of(max_pooled + 1) == class_count);
   }
   thread_pool& pool = local_pool();
   if (pool.destroyed) {
-    ::operator delete(block);
+    release_block(block, cls);
     return;
   }
   if (!pool.reaper_registered) register_reaper(pool);
@@ -250,7 +432,7 @@ static_assert(class_of(max_pooled + 1) == class_count);
       // Too small to chain in the depot: back to the system.
       pool.heads[cls] = node->next;
       --pool.counts[cls];
-      ::operator delete(block);
+      release_block(block, cls);
     }
   }
 }
@@ -354,12 +536,27 @@ void task_frame_deallocate(void* frame, std::size_t bytes) noexcept {
   free_unspawned_block(header, task_frame_prefix + bytes);
 }
 
+namespace {
+// Made when the library is loaded, so that a task that fails with no
+// memory left still has an exception to report.
+std::exception_ptr const lost_exception = std::make_exception_ptr(std::bad_alloc());
+}  // namespace
+
+std::exception_ptr const& lost_task_exception() noexcept {
+  return lost_exception;
+}
+
 frame_pool_counters frame_pool_thread_counters() noexcept {
   return local_pool().counters;
 }
 
 std::size_t frame_pool_depot_bytes() noexcept {
   return global_depot().bytes.load(std::memory_order_relaxed);
+}
+
+frame_pool_slab_counters frame_pool_slabs() noexcept {
+  slab_source& src = slabs();
+  return {src.taken.load(std::memory_order_relaxed), src.returned.load(std::memory_order_relaxed)};
 }
 
 std::size_t frame_pool_depot_capacity() noexcept {
@@ -378,7 +575,7 @@ void frame_pool_release_depot() noexcept {
       free_block* next_chain = chains->next_chain;
       while (chains != nullptr) {
         free_block* next = chains->next;
-        ::operator delete(static_cast<void*>(chains));
+        release_block(chains, cls);
         chains = next;
       }
       dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -44,10 +46,18 @@ class task;
 
 namespace detail {
 
-/// The part of every task promise that the scheduler sees: the stored
-/// exception. The continuation to transfer to at final_suspend lives in the
-/// frame's prefix (frame_continuation: a frame that is awaited is never
-/// spawned, so its header's slots are free), not here.
+/// The part of every task promise that the scheduler sees: one word,
+/// `link_`, that holds the continuation to transfer to at final_suspend
+/// (null for a spawned root) until the task fails, and then a box with the
+/// continuation and the exception (allocated from the frame pools on the
+/// exception path only). One word instead of a continuation and an
+/// exception_ptr side by side: 8 bytes less in every frame (the memory
+/// benchmark's parked task: 56 -> 48 bytes, a 112-byte task with its
+/// header). The word stays inside the frame: clang elides the allocation of
+/// an awaited frame (its frame then lives inside its caller's, with no
+/// header room in front), so nothing of an awaited frame may live outside
+/// it. When even the box cannot be allocated, the task reports
+/// std::bad_alloc (lost_task_exception) instead of its own exception.
 class promise_base {
  public:
   // Every frame gets room for a task header in front (see task_header.hpp).
@@ -56,30 +66,94 @@ class promise_base {
     task_frame_deallocate(frame, bytes);
   }
 
+  promise_base() noexcept = default;
+  promise_base(promise_base const&) = delete;
+  promise_base& operator=(promise_base const&) = delete;
+  ~promise_base() {
+    if ((link_ & boxed) != 0) drop_box();
+  }
+
   std::suspend_always initial_suspend() const noexcept { return {}; }
 
   struct final_awaiter {
     bool await_ready() const noexcept { return false; }
     template <class Promise>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
-      return frame_final_transfer(self.address());
+      std::coroutine_handle<> next = self.promise().continuation();
+      return next ? next : std::noop_coroutine();
     }
     void await_resume() const noexcept {}
   };
   final_awaiter final_suspend() const noexcept { return {}; }
 
-  void unhandled_exception() noexcept { exception_ = std::current_exception(); }
+  void unhandled_exception() noexcept {
+    void* mem = nullptr;
+    try {
+      mem = frame_allocate(sizeof(failure));
+    } catch (...) {
+      // No memory for the box: the task reports std::bad_alloc.
+    }
+    if (mem == nullptr) {
+      link_ |= lost;
+      return;
+    }
+    // Back in the coroutine's catch block: current_exception() is the task's.
+    auto* f = ::new (mem) failure{continuation(), std::current_exception()};
+    link_ = reinterpret_cast<std::uintptr_t>(f) | boxed;
+  }
 
-  [[nodiscard]] bool has_exception() const noexcept { return exception_ != nullptr; }
-  [[nodiscard]] std::exception_ptr const& exception() const noexcept { return exception_; }
+  void set_continuation(std::coroutine_handle<> next) noexcept {
+    link_ = reinterpret_cast<std::uintptr_t>(next.address());
+  }
+  /// What final_suspend transfers to (null: back to whoever resumed it).
+  [[nodiscard]] std::coroutine_handle<> continuation() const noexcept {
+    if ((link_ & boxed) != 0) [[unlikely]]
+      return box()->continuation;
+    return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(link_ & ~tag_bits));
+  }
+  [[nodiscard]] bool has_exception() const noexcept { return (link_ & tag_bits) != 0; }
+  /// The stored exception (an empty one when there is none).
+  [[nodiscard]] std::exception_ptr const& exception() const noexcept {
+    if ((link_ & boxed) != 0) return box()->exception;
+    if ((link_ & lost) != 0) return lost_task_exception();
+    static std::exception_ptr const none{};
+    return none;
+  }
 
  protected:
   void rethrow_if_exception() {
-    if (exception_) std::rethrow_exception(std::exchange(exception_, nullptr));
+    if ((link_ & tag_bits) != 0) [[unlikely]]
+      rethrow_stored();
   }
 
  private:
-  std::exception_ptr exception_{};
+  struct failure {
+    std::coroutine_handle<> continuation;
+    std::exception_ptr exception;
+  };
+  static constexpr std::uintptr_t boxed = 1;  ///< link_ points to a failure box
+  static constexpr std::uintptr_t lost = 2;   ///< failed; no box: std::bad_alloc
+  static constexpr std::uintptr_t tag_bits = boxed | lost;
+  static_assert(alignof(failure) > tag_bits && alignof(std::max_align_t) > tag_bits);
+
+  [[nodiscard]] failure* box() const noexcept {
+    return reinterpret_cast<failure*>(link_ & ~tag_bits);
+  }
+  void drop_box() noexcept {
+    failure* f = box();
+    f->~failure();
+    frame_deallocate(f, sizeof(failure));
+  }
+  /// Rethrows the stored exception and clears it (has_exception() is false
+  /// afterwards: the exception was taken).
+  [[noreturn]] void rethrow_stored() {
+    std::exception_ptr e = exception();
+    if ((link_ & boxed) != 0) drop_box();
+    link_ = 0;
+    std::rethrow_exception(std::move(e));
+  }
+
+  std::uintptr_t link_ = 0;
 };
 
 template <class T>
@@ -164,7 +238,7 @@ class [[nodiscard]] task {
     bool await_ready() const noexcept { return !frame || frame.done(); }
     /// Awaiter protocol: runs the task, continuing with `caller` at its end.
     std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
-      detail::frame_continuation(frame.address()) = caller;
+      frame.promise().set_continuation(caller);
       return frame;
     }
     /// Awaiter protocol: the task's value, or its exception rethrown;

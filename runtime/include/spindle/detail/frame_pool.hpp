@@ -5,21 +5,25 @@
 // malloc. A block may be freed on another thread than the one that allocated it: it then joins
 // the freeing thread's list (the pools are caches, not owners). A list that grows past 128
 // blocks hands a chain of 64 to a shared depot (at most 64 MiB in all classes; beyond that the
-// chain goes to ::operator delete), and an empty list takes a chain from there before calling
-// ::operator new: tasks spawned on one thread and completed on another recycle their blocks
-// without malloc. Larger requests go to ::operator new.
+// chain goes back to the system), and an empty list takes a chain from there before it asks
+// the system: tasks spawned on one thread and completed on another recycle their blocks
+// without malloc. The system is, for the classes whose size is a multiple of 16 bytes, a slab
+// of 64 KiB that the thread carves one block at a time (no per-block malloc overhead: a
+// 112-byte task costs 112 bytes, not malloc's 128; a slab's pages go back to the kernel once
+// all its blocks are back), and ::operator new for the other classes and for larger requests.
 //
 // Thread-safety: each function touches the calling thread's lists, and the depot under a lock
-// per class once per 64 blocks at most.
+// per class once per 64 blocks at most; slabs come from a shared source under a lock, once per
+// slab.
 // Design source: Volt and docs/design.md "Coroutine frames are allocated
 // from per-worker recycling pools"; the layout follows tcmalloc's per-thread
-// caches and transfer cache in miniature (Bonwick's magazines and depot).
+// caches and transfer cache in miniature (Bonwick's magazines and depot),
+// the slabs Bonwick's slab allocator.
 #pragma once
 
-#include <atomic>
-#include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <new>
 
 namespace spindle::detail {
@@ -34,34 +38,6 @@ void frame_deallocate(void* block, std::size_t bytes) noexcept;
 /// Bytes in front of every spindle::task coroutine frame, where the task's
 /// header goes if the frame is spawned (sizeof(detail::task_header)).
 inline constexpr std::size_t task_frame_prefix = 64;
-
-/// Where in its prefix a frame that was never spawned (its header's state,
-/// the first word, is 0) keeps its continuation: the header's resume_point
-/// slot, unused until a spawn (task_header.hpp checks the offset). A root
-/// needs no continuation (its end goes back to the worker), and a frame
-/// that is awaited is never spawned, so the slot serves both and the
-/// promise carries no continuation of its own (8 bytes less per frame).
-inline constexpr std::size_t task_prefix_continuation_offset = 16;
-
-/// The continuation slot of a task<T> frame (see above).
-[[nodiscard]] inline std::coroutine_handle<>& frame_continuation(void* frame) noexcept {
-  return *std::launder(reinterpret_cast<std::coroutine_handle<>*>(
-      static_cast<char*>(frame) - task_frame_prefix + task_prefix_continuation_offset));
-}
-
-/// What a task<T> frame transfers to at its final suspension: its
-/// continuation when it was awaited, nothing (a no-op coroutine: back to the
-/// worker or block_on that resumed it) when it was spawned or never awaited.
-/// The state is read relaxed: a spawned root's stays non-zero until its block
-/// is freed, and an awaited frame's is 0 from its allocation on.
-[[nodiscard]] inline std::coroutine_handle<> frame_final_transfer(void* frame) noexcept {
-  auto const* state = std::launder(reinterpret_cast<std::atomic<std::uint64_t> const*>(
-      static_cast<char*>(frame) - task_frame_prefix));
-  if (state->load(std::memory_order_relaxed) == 0) {
-    if (std::coroutine_handle<> next = frame_continuation(frame)) return next;
-  }
-  return std::noop_coroutine();
-}
 
 /// operator new of task<T> frames: a block of task_frame_prefix + `bytes`
 /// bytes from the pool, with an empty task header in front; returns the
@@ -106,21 +82,35 @@ struct pool_allocator {
   }
 };
 
+/// The exception a task<T> reports when it failed and there was no memory
+/// to keep its own exception (promise_base::unhandled_exception): a
+/// std::bad_alloc, made when the library is loaded.
+[[nodiscard]] std::exception_ptr const& lost_task_exception() noexcept;
+
 /// Counters of the calling thread's pool (for tests and benchmarks).
 struct frame_pool_counters {
-  std::uint64_t pool_hits = 0;      ///< allocations served from a free list
-  std::uint64_t pool_misses = 0;    ///< allocations that went to ::operator new
+  std::uint64_t pool_hits = 0;  ///< allocations served from a free list
+  std::uint64_t pool_misses =
+      0;  ///< allocations that went to the system (a slab or ::operator new)
   std::uint64_t depot_refills = 0;  ///< chains taken from the depot (an empty list)
   std::uint64_t depot_spills = 0;   ///< chains handed to the depot (a list past its high water)
 };
 [[nodiscard]] frame_pool_counters frame_pool_thread_counters() noexcept;
 
+/// Slabs handed to carving threads so far, and slabs whose blocks all came
+/// back (their pages purged, their ranges reused), process-wide.
+struct frame_pool_slab_counters {
+  std::uint64_t taken = 0;
+  std::uint64_t returned = 0;
+};
+[[nodiscard]] frame_pool_slab_counters frame_pool_slabs() noexcept;
+
 /// Bytes of free blocks held by the depot now (all classes), and its bound.
 [[nodiscard]] std::size_t frame_pool_depot_bytes() noexcept;
 [[nodiscard]] std::size_t frame_pool_depot_capacity() noexcept;
 
-/// Gives every block in the depot back to ::operator delete (the threads'
-/// own lists are kept). Thread-safe.
+/// Gives every block in the depot back to the system (its slab, or
+/// ::operator delete; the threads' own lists are kept). Thread-safe.
 void frame_pool_release_depot() noexcept;
 
 }  // namespace spindle::detail

@@ -183,9 +183,6 @@ struct alignas(16) task_header {
 };
 static_assert(sizeof(task_header) == task_frame_prefix,
               "task_frame_prefix (frame_pool.hpp) must be the header's size");
-static_assert(offsetof(task_header, state) == 0 &&
-                  offsetof(task_header, resume_point) == task_prefix_continuation_offset,
-              "frame_final_transfer (frame_pool.hpp) reads the state and the slot here");
 
 /// The spawn's time (state bits 32..63) for runtime::dump()'s age:
 /// steady_clock ns >> spawn_time_shift (units of about 1.05 ms), modulo
