@@ -180,15 +180,31 @@ void init_root(task_header* task, std::coroutine_handle<> root, promise_base* pr
   task->spawn_site = spawn_site;
 }
 
-// When, for dump() (in spawn_time_shift units): a worker's spawn takes its
-// tick's start instead of reading the clock. Elsewhere the coarse monotonic
-// clock (the same clock as steady_clock, read at the last scheduler tick of
-// the kernel: a few ms behind at most): a full clock read costs a spawn from
-// outside a third more where the clock source is slow (measured on
-// spawn_many_remote_idle).
-std::uint32_t spawn_time_now(worker const* w) noexcept {
-  if (w != nullptr) return spawn_time_of(w->tick_start_ns);
-  return spawn_time_of(coarse_now_ns());
+// The interned id of a spawn's site: a worker's spawn from the site of its
+// last spawn reads it from the worker (measured: the thread-local cache's
+// load cost a spawn+await 7% more wall time than the 80-byte header's
+// plain store of the site, in bench_runtime spawn_await/1).
+[[gnu::always_inline]] inline std::uint32_t site_id_for(worker* w, spawn_location where) noexcept {
+  if (w == nullptr) return spawn_site_id(where);
+  std::uint64_t const key = spawn_site_key(where);
+  if (key == w->last_site_key) [[likely]]
+    return w->last_site_id;
+  std::uint32_t const id = spawn_site_id(where);
+  w->last_site_key = key;
+  w->last_site_id = id;
+  return id;
+}
+
+// The fixed fields of a new task's state (its runtime's id, and when it was
+// spawned, for dump()): a worker's spawn takes its tick's, made at the
+// tick's start (worker::spawn_stamp), instead of reading the clock.
+// Elsewhere the coarse monotonic clock (the same clock as steady_clock, read
+// at the last scheduler tick of the kernel: a few ms behind at most): a full
+// clock read costs a spawn from outside a third more where the clock source
+// is slow (measured on spawn_many_remote_idle).
+std::uint64_t spawn_stamp(worker const* w, std::uint16_t runtime_id) noexcept {
+  if (w != nullptr) return w->spawn_stamp;
+  return sb::fixed_fields(runtime_id, spawn_time_of(coarse_now_ns()));
 }
 
 // A root the closed gate refused: the caller's handle gets a cancelled task.
@@ -358,14 +374,14 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
                                                                promise_base* promise,
                                                                spawn_location where) {
   task_header* task = task_header::of_frame(root.address());
-  init_root(task, root, promise, spawn_site_id(where));
+  init_root(task, root, promise, site_id_for(w, where));
 
   // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
   // tasks) may destroy it at once, and a stamp after that went into a freed
   // block (found by test_stress's spawns racing shutdown, under ASan).
-  task->state.store(sb::fixed_fields(slot_.id(), spawn_time_now(w)) | sb::scheduled |
-                        sb::join_interest | 2 * sb::ref_one,
-                    std::memory_order_relaxed);
+  task->state.store(
+      spawn_stamp(w, slot_.id()) | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+      std::memory_order_relaxed);
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
   // through its queue until it first suspends); a spawn from elsewhere is
   // listed at once, under the gate's lock.
@@ -389,8 +405,8 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
   thread_context& ctx = this_thread_context();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
   // As spawn() does for each, with one site and one time for the batch.
-  std::uint32_t const site = spawn_site_id(where);
-  std::uint64_t const fixed = sb::fixed_fields(slot_.id(), spawn_time_now(w));
+  std::uint32_t const site = site_id_for(w, where);
+  std::uint64_t const fixed = spawn_stamp(w, slot_.id());
   for (std::size_t i = 0; i < n; ++i) {
     task_header* task = task_header::of_frame(roots[i].frame.address());
     init_root(task, roots[i].frame, roots[i].promise, site);
@@ -459,10 +475,12 @@ void scheduler::run_worker(worker* w) {
   ctx.self = w;
   ctx.trace = w->trace;
   w->inline_stack_limit = half_stack_mark();
+  // Stamped before anything can run here (a tick restamps it).
+  w->spawn_stamp = sb::fixed_fields(slot_.id(), spawn_time_of(steady_now_ns()));
 
   while (!shutdown_.load(std::memory_order_acquire)) {
     std::uint64_t start = steady_now_ns();
-    w->tick_start_ns = start;
+    w->spawn_stamp = sb::fixed_fields(slot_.id(), spawn_time_of(start));
     // run_task counts each poll in tick_polls, and so do the polls that
     // tasks run inline while awaiting a join handle (poll_inline).
     w->tick_polls = 0;

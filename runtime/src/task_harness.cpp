@@ -107,7 +107,12 @@ void wake(task_header* task) noexcept {
 
 bool run_inline(task_header* task) noexcept {
   thread_context& ctx = this_thread_context();
-  if (ctx.self == nullptr || ctx.sched != scheduler_of(task)) return false;
+  // The task's runtime is this worker's when its id matches the one in the
+  // worker's spawn stamp (fewer loads than scheduler_of).
+  if (ctx.self == nullptr ||
+      ((task->state.load(std::memory_order_relaxed) ^ ctx.self->spawn_stamp) & sb::runtime_mask) !=
+          0)
+    return false;
   return ctx.sched->poll_inline(ctx.self, task);
 }
 

@@ -117,9 +117,15 @@ struct worker {
   /// Empty ticks in a row (after_tick).
   std::uint32_t idle_ticks = 0;
   xorshift64 rng;
-  /// steady_clock ns at the start of the current tick: the spawn time of
-  /// the tasks spawned in it (runtime::dump()'s age).
-  std::uint64_t tick_start_ns = 0;
+  /// The fixed fields of the state of a task spawned in the current tick
+  /// (state_bits::fixed_fields: the runtime's id, and the tick's start as
+  /// the spawn time for runtime::dump()'s age), made once per tick.
+  std::uint64_t spawn_stamp = 0;
+  /// The last spawn site this worker interned (spawn_sites.hpp), and its
+  /// id: a loop of spawns from one site compares one word here instead of
+  /// reading the thread's site cache.
+  std::uint64_t last_site_key = 0;
+  std::uint32_t last_site_id = 0;
   /// Whom to steal from, nearest first (nullptr, or no victims: every
   /// other worker, in a random order from `rng`). Published once, after
   /// every worker has started (scheduler_core::set_victim_orders); the

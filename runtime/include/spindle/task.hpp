@@ -139,7 +139,9 @@ class promise_base {
   [[nodiscard]] failure* box() const noexcept {
     return reinterpret_cast<failure*>(link_ & ~tag_bits);
   }
-  void drop_box() noexcept {
+  // Out of line: the common paths (final suspension, destruction) keep a
+  // test and a call, and no registers for the box.
+  [[gnu::noinline, gnu::cold]] void drop_box() noexcept {
     failure* f = box();
     f->~failure();
     frame_deallocate(f, sizeof(failure));
