@@ -14,6 +14,21 @@
 
 #include "spindle/detail/task_header.hpp"
 
+// Under LeakSanitizer (part of ASan) the slabs are registered as root
+// regions: LSan scans malloc's chunks and the roots, not our mappings, and
+// a frame in a slab may hold the only pointer to a live malloc'd object.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define SPINDLE_POOL_LSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(SPINDLE_POOL_LSAN)
+#define SPINDLE_POOL_LSAN 1
+#endif
+#if defined(SPINDLE_POOL_LSAN)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace spindle::detail {
 namespace {
 
@@ -175,6 +190,9 @@ char* take_slab_range() noexcept {
     if (raw + want > end) ::munmap(reinterpret_cast<void*>(end), raw + want - end);
     src.arena_next = reinterpret_cast<char*>(start);
     src.arena_end = reinterpret_cast<char*>(end);
+#if defined(SPINDLE_POOL_LSAN)
+    __lsan_register_root_region(src.arena_next, slab_arena_bytes);
+#endif
   }
   char* slab = src.arena_next;
   src.arena_next += slab_bytes;

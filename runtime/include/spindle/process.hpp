@@ -24,9 +24,9 @@
 //   a body callable with state, a bounded mailbox or a monitor add one
 //   small process_extras). The slot is the join waiter of the task: the
 //   task's completion (returned, threw, frame destroyed) ends the process.
-//   An idle process parked in receive costs about 251 bytes (g++ 12,
-//   bench_process's process_idle_bytes: the 80-byte task header and a
-//   72-byte body frame in one 160-byte malloc chunk, the slot, the table's
+//   An idle process parked in receive costs about 220 bytes (g++ 12,
+//   bench_process's process_idle_bytes: the 64-byte task header and a
+//   72-byte body frame in one 144-byte malloc chunk, the slot, the table's
 //   spare slots). The mailbox is Vyukov's MPSC queue (one exchange and one
 //   store per send, wait-free; its stub is a bare link in the block, so an
 //   empty mailbox owns no node) and one 32-bit word,
