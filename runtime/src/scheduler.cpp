@@ -31,10 +31,11 @@ constinit std::atomic<scheduler*> runtime_slots[max_runtimes]{};
 
 namespace {
 // Which runtime ids are taken (runtime_slot); guarded by the lock. Slot 0
-// stays empty: a state whose id bits are 0 has no runtime.
+// stays empty: a state whose id bits are 0 has no runtime. A runtime takes
+// the lowest free id (a scan: runtimes come and go far less often than
+// anything else here).
 struct runtime_ids {
   std::mutex lock;
-  std::size_t next_free = 1;  // no free id below it
   std::vector<bool> taken = std::vector<bool>(max_runtimes, false);
 };
 runtime_ids& ids() noexcept {
@@ -47,7 +48,7 @@ runtime_ids& ids() noexcept {
 scheduler::runtime_slot::runtime_slot(scheduler* owner) {
   runtime_ids& r = ids();
   std::lock_guard guard(r.lock);
-  std::size_t id = r.next_free;
+  std::size_t id = 1;
   while (id < max_runtimes && r.taken[id])
     ++id;
   if (id >= max_runtimes) {
@@ -55,7 +56,6 @@ scheduler::runtime_slot::runtime_slot(scheduler* owner) {
                             "spindle: 65535 runtimes exist already");
   }
   r.taken[id] = true;
-  r.next_free = id + 1;
   id_ = static_cast<std::uint16_t>(id);
   runtime_slots[id].store(owner, std::memory_order_relaxed);
 }
@@ -65,7 +65,6 @@ scheduler::runtime_slot::~runtime_slot() {
   std::lock_guard guard(r.lock);
   runtime_slots[id_].store(nullptr, std::memory_order_relaxed);
   r.taken[id_] = false;
-  if (id_ < r.next_free) r.next_free = id_;
 }
 
 [[gnu::noinline]] thread_context& this_thread_context() noexcept {
@@ -475,12 +474,12 @@ void scheduler::run_worker(worker* w) {
   ctx.self = w;
   ctx.trace = w->trace;
   w->inline_stack_limit = half_stack_mark();
-  // Stamped before anything can run here (a tick restamps it).
-  w->spawn_stamp = sb::fixed_fields(slot_.id(), spawn_time_of(steady_now_ns()));
+  // Stamped before anything can run here (each tick restamps it).
+  stamp_tick(w, steady_now_ns());
 
   while (!shutdown_.load(std::memory_order_acquire)) {
     std::uint64_t start = steady_now_ns();
-    w->spawn_stamp = sb::fixed_fields(slot_.id(), spawn_time_of(start));
+    stamp_tick(w, start);
     // run_task counts each poll in tick_polls, and so do the polls that
     // tasks run inline while awaiting a join handle (poll_inline).
     w->tick_polls = 0;

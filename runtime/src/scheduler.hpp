@@ -141,6 +141,11 @@ class scheduler final : public core_platform {
   [[nodiscard]] std::uint64_t now_tick() const noexcept;
 
   void run_worker(worker* w);
+  /// The fixed state fields of the tasks `w` spawns in a tick that starts
+  /// at `now_ns` (worker::spawn_stamp).
+  void stamp_tick(worker* w, std::uint64_t now_ns) const noexcept {
+    w->spawn_stamp = state_bits::fixed_fields(slot_.id(), spawn_time_of(now_ns));
+  }
   // core_platform
   void unpark_worker(std::size_t index) noexcept override;
   void remote_push_unnoticed() noexcept override;

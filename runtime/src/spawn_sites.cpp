@@ -54,8 +54,7 @@ std::uint32_t spawn_site_id_slow(std::uint64_t key, std::size_t slot) noexcept {
   {
     std::lock_guard guard(t.lock);
     if (std::uint64_t* keys = keys_of(t)) {
-      std::size_t i =
-          static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ULL) >> 40) & (table_slots - 1);
+      std::size_t i = static_cast<std::size_t>(spawn_site_hash(key) >> 40) & (table_slots - 1);
       while (keys[i] != 0 && keys[i] != key)
         i = (i + 1) & (table_slots - 1);
       if (keys[i] == key) {

@@ -5,10 +5,10 @@
 // slot + 1 is the site's id (so it maps ids back to sites too), filled on a
 // site's first spawn and never emptied (sites are places in the program:
 // few, and fixed); 0 is the unknown site. Its memory is one anonymous
-// mapping whose pages are touched as sites arrive: no spawn calls malloc. Each thread keeps a
-// direct-mapped cache of 64 sites, so a spawn from a site it used before
-// reads one slot and compares one word; only a cache miss takes the table's
-// lock. The table holds at most max_spawn_sites sites; a site beyond them
+// mapping whose pages are touched as sites arrive: no spawn calls malloc.
+// Each thread keeps a direct-mapped cache of 64 sites, so a spawn from a
+// site it used before reads one slot and compares one word; only a cache
+// miss takes the table's lock. The table holds at most max_spawn_sites sites; a site beyond them
 // is reported as unknown ("" and line 0).
 //
 // Thread-safety: both functions, any thread; the cache is the calling
@@ -39,6 +39,12 @@ inline constexpr std::size_t max_spawn_sites = std::size_t{3} << 16;
          (static_cast<std::uint64_t>(where.line & 0xffffU) << 48);
 }
 
+/// The hash of a site's key; the cache and the table each take their index
+/// from its high bits (Fibonacci hashing).
+[[nodiscard]] constexpr std::uint64_t spawn_site_hash(std::uint64_t key) noexcept {
+  return key * 0x9e3779b97f4a7c15ULL;
+}
+
 /// A thread's cache of spawn-site ids (see the file's comment). Constant-
 /// initialized and trivially destructible, so a spawn reaches it with one
 /// thread-pointer-relative access; an empty slot has key 0 and id 0, which
@@ -58,7 +64,7 @@ struct spawn_site_cache {
 /// a shift, a load and a compare.
 [[nodiscard]] inline std::uint32_t spawn_site_id(spawn_location where) noexcept {
   std::uint64_t const key = spawn_site_key(where);
-  std::size_t const slot = static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ULL) >> 58);
+  std::size_t const slot = static_cast<std::size_t>(spawn_site_hash(key) >> 58);
   spawn_site_cache& cache = t_spawn_sites;
   if (cache.keys[slot] == key) [[likely]]
     return cache.ids[slot];

@@ -90,8 +90,8 @@ struct pool_allocator {
 /// Counters of the calling thread's pool (for tests and benchmarks).
 struct frame_pool_counters {
   std::uint64_t pool_hits = 0;  ///< allocations served from a free list
-  std::uint64_t pool_misses =
-      0;  ///< allocations that went to the system (a slab or ::operator new)
+  /// Allocations that went to the system (a slab or ::operator new).
+  std::uint64_t pool_misses = 0;
   std::uint64_t depot_refills = 0;  ///< chains taken from the depot (an empty list)
   std::uint64_t depot_spills = 0;   ///< chains handed to the depot (a list past its high water)
 };
