@@ -306,10 +306,15 @@ void stall() {
     std::this_thread::yield();
 }
 
+// Stalls the busy tasks made (one per poll after the first): the share of
+// spawn_many_remote_busy's time that no placement can save.
+std::atomic<std::uint64_t> busy_stalls{0};
+
 task<void> busy(std::atomic<bool>* keep_going) {
   while (keep_going->load(std::memory_order_relaxed)) {
     co_await spindle::yield_now{};
     stall();
+    busy_stalls.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -319,7 +324,22 @@ void spawn_many_remote_busy_with(benchmark::State& state, bool batch) {
   std::vector<join_handle<void>> busy_tasks;
   for (std::size_t i = 0; i < 2 * workers_arg(state); ++i)
     busy_tasks.push_back(rt.spawn(busy(&keep_going)));
+  spindle::runtime_stats const before = rt.stats();
+  std::uint64_t const stalls_before = busy_stalls.load();
   spawn_many_remote(state, rt, batch);
+  // Where the time goes (README, "spawn_many_remote_busy"): the busy tasks'
+  // stalls per iteration (each 10 us of one worker), the batches taken from
+  // the global queue, the tasks stolen.
+  spindle::runtime_stats const after = rt.stats();
+  auto const iterations = static_cast<double>(state.iterations());
+  state.counters["stalls_per_iter"] =
+      static_cast<double>(busy_stalls.load() - stalls_before) / iterations;
+  state.counters["global_fetches_per_iter"] =
+      static_cast<double>(after.global_batch_fetches - before.global_batch_fetches) / iterations;
+  state.counters["stolen_per_iter"] =
+      static_cast<double>(after.total_stolen - before.total_stolen) / iterations;
+  state.counters["parks_per_iter"] =
+      static_cast<double>(after.total_parked - before.total_parked) / iterations;
   keep_going.store(false, std::memory_order_relaxed);
   rt.block_on(join_all(&busy_tasks));
 }

@@ -251,6 +251,38 @@ TEST(P2c, ALookIntoAnEmptyOrHalfFullRingTakesOneBatch) {
   }
 }
 
+TEST(P2c, AYieldWhileTheInboxHoldsTasksGoesBehindThem) {
+  p2c_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  for (std::size_t i = 0; i < 100; ++i)
+    f.core.push_remote(f.tasks[i]);
+  EXPECT_EQ(f.core.next_task(w), f.tasks[0]);  // 31 in the buffer, 68 left
+  // A task that yields (or was woken while it ran) while 68 wait in the
+  // inbox: behind them, not at the ring's back, where the next look would
+  // have put it in front of all but 32 + spill_room of them.
+  f.core.schedule_local(w, f.tasks[400], true);
+  EXPECT_EQ(w->remote.len(), 69u);
+  EXPECT_TRUE(w->queue.is_empty());
+  EXPECT_EQ(w->lifo.peek(), nullptr);
+  for (std::size_t i = 1; i < 100; ++i)
+    ASSERT_EQ(f.core.next_task(w), f.tasks[i]) << i;
+  EXPECT_EQ(f.core.next_task(w), f.tasks[400]);
+  // The inbox empty: a yield stays local (the LIFO slot, this worker's only
+  // work) and never touches the inbox.
+  f.core.schedule_local(w, f.tasks[401], true);
+  EXPECT_EQ(w->remote.len(), 0u);
+  EXPECT_EQ(f.core.next_task(w), f.tasks[401]);
+  // Under the global placement, a yield goes to the ring's back whatever
+  // waits in the global queue (which is every worker's).
+  spindle_test::core_fixture g(1, 1, {}, placement::global, 512);
+  worker* gw = g.core.workers[0].get();
+  g.push_to_ring(gw, g.tasks[300]);
+  for (std::size_t i = 0; i < 100; ++i)
+    g.core.push_remote(g.tasks[i]);
+  g.core.schedule_local(gw, g.tasks[400], true);
+  EXPECT_EQ(gw->queue.len(), 2u);
+}
+
 TEST(P2c, ASearcherTakesHalfOfAnotherWorkersInbox) {
   p2c_fixture f(2);
   worker* w0 = f.core.workers[0].get();
@@ -408,6 +440,44 @@ spindle::task<void> hog(std::atomic<bool>* started, std::atomic<int>* ran, int u
          std::chrono::steady_clock::now() < give_up) {
   }
   co_return;
+}
+
+spindle::task<void> yield_after_burst(std::atomic<bool>* started, std::atomic<bool>* placed,
+                                      std::atomic<int>* ran, int* ran_before_resume) {
+  started->store(true, std::memory_order_release);
+  // The only worker is held here until the burst waits in its inbox.
+  while (!placed->load(std::memory_order_acquire)) {
+  }
+  co_await spindle::yield_now{};
+  *ran_before_resume = ran->load(std::memory_order_relaxed);
+}
+
+TEST(P2c, ATaskThatYieldsRunsAgainAfterTheBurstThatWaitedInItsInbox) {
+  // One worker under p2c: a burst of 1,000 spawns from outside lands in its
+  // inbox while a task holds it; that task yields and must run again only
+  // after the whole burst (at the ring's back it ran after 32 + 127).
+  spindle::runtime rt{{.workers = 1, .placement = placement::p2c}};
+  int const n = 1000;
+  std::atomic<bool> started{false};
+  std::atomic<bool> placed{false};
+  std::atomic<int> ran{0};
+  int ran_before_resume = -1;
+  auto h = rt.spawn(yield_after_burst(&started, &placed, &ran, &ran_before_resume));
+  while (!started.load(std::memory_order_acquire))
+    std::this_thread::yield();
+  std::vector<spindle::join_handle<void>> handles;
+  for (int i = 0; i < n; ++i)
+    handles.push_back(rt.spawn(bump(&ran)));
+  placed.store(true, std::memory_order_release);
+  // Not block_on: it would help run the burst on this thread while the
+  // worker is busy, and a task it ran could end after the yield's return.
+  while (!h.is_finished())
+    std::this_thread::yield();
+  EXPECT_EQ(ran_before_resume, n);
+  for (auto& b : handles) {
+    while (!b.is_finished())
+      std::this_thread::yield();
+  }
 }
 
 TEST(P2c, TasksPlacedOnABusyWorkerRunOnTheOther) {

@@ -57,6 +57,16 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     // remote tasks per interval (about 1 ms of their polls), and a burst of
     // remote spawns waited tens of milliseconds (spawn_many_remote_busy).
     w->polls_since_global = w->global_interval;
+    // With p2c the worker's queue is its ring and its inbox: a task that
+    // yields while tasks wait in the inbox goes behind them, as it goes
+    // behind the ring's. At the ring's back it ran again after at most a
+    // look's take (32 + spill_room), and a loop of yields took that share
+    // of the worker while a burst of remote spawns waited
+    // (spawn_many_remote_busy: README).
+    if (placement_ == spindle::placement::p2c && w->remote.len() != 0) {
+      w->remote.push(task);
+      return;
+    }
     // It goes to the back of the ring, unless it is this worker's only work
     // (the slot, the ring, the inbox and the global queue empty): then its
     // next pick takes it anyway, after the remote queues, and it waits in
