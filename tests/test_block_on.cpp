@@ -163,22 +163,25 @@ TEST(BlockOn, TaskWokenFromAForeignThread) {
 // the caller helps (block-on-complete)". With the only worker busy, the
 // caller must run the task itself.
 TEST(BlockOn, CallerRunsTheTaskWhenEveryWorkerIsBusy) {
-  std::atomic<bool> started{false};
-  std::atomic<bool> released{false};
-  spindle::runtime rt{{.workers = 1}};
-  auto blocker = [](std::atomic<bool>* started, std::atomic<bool>* released) -> task<bool> {
-    started->store(true);
-    // Blocks the worker thread on purpose (bounded, so a failure ends).
-    co_return spindle_test::wait_until([&] { return released->load(); }, 10s);
-  };
-  auto h = rt.spawn(blocker(&started, &released));
-  ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
-  auto releaser = [](std::atomic<bool>* released) -> task<int> {
-    released->store(true);
-    co_return 1;
-  };
-  EXPECT_EQ(rt.block_on(releaser(&released)), 1);
-  EXPECT_TRUE(spindle_test::wait_and_take(h)) << "block_on waited for the busy worker";
+  for (spindle::placement where : {spindle::placement::global, spindle::placement::p2c}) {
+    SCOPED_TRACE(where == spindle::placement::p2c ? "p2c" : "global");
+    std::atomic<bool> started{false};
+    std::atomic<bool> released{false};
+    spindle::runtime rt{{.workers = 1, .placement = where}};
+    auto blocker = [](std::atomic<bool>* started, std::atomic<bool>* released) -> task<bool> {
+      started->store(true);
+      // Blocks the worker thread on purpose (bounded, so a failure ends).
+      co_return spindle_test::wait_until([&] { return released->load(); }, 10s);
+    };
+    auto h = rt.spawn(blocker(&started, &released));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
+    auto releaser = [](std::atomic<bool>* released) -> task<int> {
+      released->store(true);
+      co_return 1;
+    };
+    EXPECT_EQ(rt.block_on(releaser(&released)), 1);
+    EXPECT_TRUE(spindle_test::wait_and_take(h)) << "block_on waited for the busy worker";
+  }
 }
 
 // The same with a task that suspends first: it is woken (from another
@@ -187,32 +190,37 @@ TEST(BlockOn, CallerRunsTheTaskWhenEveryWorkerIsBusy) {
 // for the worker. (The 50 ms pause only makes it likely that the caller is
 // asleep by then; a correct runtime passes whatever the timing.)
 TEST(BlockOn, CallerRunsItsTaskWokenWhileEveryWorkerIsBusy) {
-  std::atomic<bool> started{false};
-  std::atomic<bool> released{false};
-  test_event ev;
-  spindle::runtime rt{{.workers = 1}};
-  auto blocker = [](std::atomic<bool>* started, std::atomic<bool>* released) -> task<bool> {
-    started->store(true);
-    co_return spindle_test::wait_until([&] { return released->load(); }, 5s);
-  };
-  auto h = rt.spawn(blocker(&started, &released));
-  ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
-  auto waits = [](test_event* ev, std::atomic<bool>* released) -> task<int> {
-    co_await *ev;
-    released->store(true);
-    co_return 1;
-  };
-  std::thread waker([&] {
-    if (spindle_test::wait_until([&] { return ev.has_waiter(); })) {
-      std::this_thread::sleep_for(50ms);
-    }
-    ev.set();
-  });
-  EXPECT_EQ(rt.block_on(waits(&ev, &released)), 1);
-  waker.join();
-  EXPECT_TRUE(spindle_test::wait_and_take(h))
-      << "block_on slept while its woken task sat in the global queue and the only worker was "
-         "busy: the caller did not help";
+  // Either placement: the wake goes to the global queue, or to the only
+  // worker's inbox under p2c; either push must kick the sleeping caller.
+  for (spindle::placement where : {spindle::placement::global, spindle::placement::p2c}) {
+    SCOPED_TRACE(where == spindle::placement::p2c ? "p2c" : "global");
+    std::atomic<bool> started{false};
+    std::atomic<bool> released{false};
+    test_event ev;
+    spindle::runtime rt{{.workers = 1, .placement = where}};
+    auto blocker = [](std::atomic<bool>* started, std::atomic<bool>* released) -> task<bool> {
+      started->store(true);
+      co_return spindle_test::wait_until([&] { return released->load(); }, 5s);
+    };
+    auto h = rt.spawn(blocker(&started, &released));
+    ASSERT_TRUE(spindle_test::wait_until([&] { return started.load(); }));
+    auto waits = [](test_event* ev, std::atomic<bool>* released) -> task<int> {
+      co_await *ev;
+      released->store(true);
+      co_return 1;
+    };
+    std::thread waker([&] {
+      if (spindle_test::wait_until([&] { return ev.has_waiter(); })) {
+        std::this_thread::sleep_for(50ms);
+      }
+      ev.set();
+    });
+    EXPECT_EQ(rt.block_on(waits(&ev, &released)), 1);
+    waker.join();
+    EXPECT_TRUE(spindle_test::wait_and_take(h))
+        << "block_on slept while its woken task sat in the global queue and the only worker was "
+           "busy: the caller did not help";
+  }
 }
 
 TEST(BlockOn, FromInsideAWorkerThrowsResourceDeadlock) {

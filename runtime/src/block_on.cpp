@@ -52,7 +52,11 @@ void block_on_complete(join_waiter* self) noexcept {
 void scheduler::remote_push_unnoticed() noexcept {
   // Nobody to wake: if every worker is busy, a block_on thread that sleeps
   // may have to run this task (it may be the very task it waits for).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // No fence of its own: the push is already ordered before the read of
+  // the sleepers, against a sleeper's registration (a seq_cst RMW, then a
+  // seq_cst fence, then its look at the queues). A global push is followed
+  // by notify_should_wakeup's fence; an inbox push raises the inbox's
+  // length with a seq_cst RMW, and any() is a seq_cst load.
   if (block_on_sleepers_.any() && core_.every_worker_busy()) block_on_sleepers_.kick_one();
 }
 

@@ -37,9 +37,11 @@ class block_on_sleepers {
   void add(block_on_waiter* w) noexcept;
   /// Unregisters `w`.
   void remove(block_on_waiter* w) noexcept;
-  /// True when some thread is registered (a hint; pushes read it after a
-  /// seq_cst fence, block_on threads register before theirs).
-  [[nodiscard]] bool any() const noexcept { return count_.load(std::memory_order_relaxed) != 0; }
+  /// True when some thread is registered. A seq_cst load: a push reads it
+  /// after a seq_cst fence or a seq_cst RMW of its own (the inbox's count),
+  /// and a block_on thread registers (a seq_cst RMW) before its fence and
+  /// its look at the queues, so one of the two sees the other.
+  [[nodiscard]] bool any() const noexcept { return count_.load(std::memory_order_seq_cst) != 0; }
   /// Kicks one sleeping thread that was not kicked yet.
   void kick_one() noexcept;
 

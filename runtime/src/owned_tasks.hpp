@@ -73,6 +73,7 @@ class owned_tasks {
     }
     for (std::size_t i = 0; i < n; ++i)
       link_locked(s, tasks[i], shard_index);
+    s.inserted += n;
     s.unlock();
     return true;
   }
@@ -132,6 +133,22 @@ class owned_tasks {
     return n;
   }
 
+  /// Tasks insert() and insert_batch() have linked since construction (the
+  /// spawns from threads that are not workers: a worker's spawn is not
+  /// listed), a sum over the shards, each read under its lock. Counted
+  /// under the lock the spawn takes anyway: an atomic counter of its own
+  /// cost every remote spawn one more locked instruction.
+  [[nodiscard]] std::uint64_t inserted() const noexcept {
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < count_; ++i) {
+      shard& s = shards_[i];
+      s.lock();
+      n += s.inserted;
+      s.unlock();
+    }
+    return n;
+  }
+
   /// Calls `fn(task)` on every listed task, one shard at a time under that
   /// shard's lock (runtime::dump(): a listed task is unlinked under the lock
   /// before it is freed, so it stays alive meanwhile). Each lock is held for
@@ -174,6 +191,7 @@ class owned_tasks {
     std::atomic<bool> locked{false};
     task_header* head = nullptr;  // guarded by the lock, as the rest
     std::uint64_t tasks = 0;
+    std::uint64_t inserted = 0;  // tasks insert_batch linked, ever
     bool closed = false;
     void lock() noexcept {
       while (locked.exchange(true, std::memory_order_acquire)) {

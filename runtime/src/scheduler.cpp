@@ -392,8 +392,7 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     w->counters.spawned.add();
     core_.schedule_local(w, task, false);
   } else {
-    remote_spawned_.fetch_add(1, std::memory_order_release);
-    core_.push_remote(task);
+    core_.push_remote(task);  // counted by the owned list's insert
   }
   return task;
 }
@@ -425,7 +424,6 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
     w->counters.spawned.add(n);
     core_.schedule_local_batch(w, out, n);
   } else {
-    remote_spawned_.fetch_add(n, std::memory_order_release);
     for (std::size_t i = 0; i + 1 < n; ++i)
       out[i]->next = out[i + 1];
     core_.push_remote_batch(out[0], out[n - 1], n);
@@ -590,14 +588,17 @@ runtime_stats scheduler::stats() const {
     out.workers.push_back(s);
   }
   out.io_completions += offworker_io_completions_.load(std::memory_order_relaxed);
-  out.total_spawned += remote_spawned_.load(std::memory_order_relaxed);
+  std::uint64_t const remote_spawned = owned_.inserted();
+  out.total_spawned += remote_spawned;
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
   // Completions first (acquire): a completion seen implies its spawn seen,
   // so the difference never goes below the truth.
   std::uint64_t completed = remote_completed_.load(std::memory_order_acquire);
   for (auto const& w : core_.workers)
     completed += w->counters.completed.get();
-  std::uint64_t spawned = remote_spawned_.load(std::memory_order_acquire);
+  // The off-worker spawns were read above, before the completions: read
+  // again (each shard under its lock), after them.
+  std::uint64_t spawned = owned_.inserted();
   for (auto const& w : core_.workers)
     spawned += w->counters.spawned.get();
   out.tasks_alive = spawned > completed ? spawned - completed : 0;

@@ -225,12 +225,12 @@ class scheduler final : public core_platform {
   // Each poll's sync_io_budget: sync_io_per_poll + 1, or 0 when
   // runtime_config::try_cached_reads is off.
   std::uint32_t sync_io_per_poll_ = 0;
-  // Written by spawns and completions off the workers: a line apart from
-  // shutdown_ and the driver pointer, which every worker reads per poll.
-  alignas(64) std::atomic<std::uint64_t> remote_spawned_{0};
   // Completions off the workers (block_on threads, abort_here); the workers
-  // count theirs in worker_counters::completed.
-  std::atomic<std::uint64_t> remote_completed_{0};
+  // count theirs in worker_counters::completed, and the spawns off the
+  // workers are counted by the owned list (owned_tasks::inserted). A line
+  // apart from shutdown_ and the driver pointer, which every worker reads
+  // per poll.
+  alignas(64) std::atomic<std::uint64_t> remote_completed_{0};
   std::atomic<std::uint64_t> detached_exceptions_{0};
   // I/O completions counted off the workers (count_completions).
   std::atomic<std::uint64_t> offworker_io_completions_{0};
