@@ -570,7 +570,11 @@ void scheduler_core::push_remote_batch(task_header* first, task_header* last,
     push_global(first, last, count);
     return;
   }
-  std::size_t const target = choose_p2c();
+  push_inbox_batch(choose_p2c(), first, last, count);
+}
+
+void scheduler_core::push_inbox_batch(std::size_t target, task_header* first, task_header* last,
+                                      std::size_t count) noexcept {
   // The inbox's length is raised with a seq_cst RMW: a worker that
   // registers as parked after it re-reads its inbox (begin_park), and the
   // idle state read below sees the registration of one that parked before.

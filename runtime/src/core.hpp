@@ -136,6 +136,10 @@ class scheduler_core {
   /// push_remote of the list first..last (linked through next) of `count`
   /// tasks, with one queue operation and at most one wake.
   void push_remote_batch(task_header* first, task_header* last, std::size_t count) noexcept;
+  /// push_remote_batch into the inbox of worker `target` (placement::p2c, a
+  /// target choose_p2c drew).
+  void push_inbox_batch(std::size_t target, task_header* first, task_header* last,
+                        std::size_t count) noexcept;
   /// The worker push_remote's p2c placement picks next (the placement RNG
   /// advances). Any thread.
   [[nodiscard]] std::size_t choose_p2c() noexcept;

@@ -384,15 +384,29 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
   // through its queue until it first suspends); a spawn from elsewhere is
   // listed at once, under the gate's lock.
-  if (w != nullptr ? owned_.closed() : !owned_.insert(task, core_.workers.size())) {
-    refuse_root(task, root);  // refused atomically
-    return task;
-  }
   if (w != nullptr) {
+    if (owned_.closed()) {
+      refuse_root(task, root);  // refused atomically
+      return task;
+    }
     w->counters.spawned.add();
     core_.schedule_local(w, task, false);
+    return task;
+  }
+  // From elsewhere (counted by the owned list's insert). Under p2c the task
+  // is listed in the shard of the worker whose inbox it goes to, which
+  // also unlists it when it runs it: no shard shared by every remote spawn
+  // and every worker.
+  bool const p2c = core_.placement() == spindle::placement::p2c;
+  std::size_t const target = p2c ? core_.choose_p2c() : core_.workers.size();
+  if (!owned_.insert(task, target)) {
+    refuse_root(task, root);
+    return task;
+  }
+  if (p2c) {
+    core_.push_inbox_batch(target, task, task, 1);
   } else {
-    core_.push_remote(task);  // counted by the owned list's insert
+    core_.push_remote(task);
   }
   return task;
 }
@@ -414,8 +428,11 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
     out[i] = task;
   }
   // One look at the gate for the batch: a worker's reads the flag, one from
-  // elsewhere lists the whole batch under one lock.
-  if (w != nullptr ? owned_.closed() : !owned_.insert_batch(out, n, core_.workers.size())) {
+  // elsewhere lists the whole batch under one lock (under p2c in the shard
+  // of the worker whose inbox takes it, as spawn_on).
+  bool const p2c = w == nullptr && core_.placement() == spindle::placement::p2c;
+  std::size_t const target = p2c ? core_.choose_p2c() : core_.workers.size();
+  if (w != nullptr ? owned_.closed() : !owned_.insert_batch(out, n, target)) {
     for (std::size_t i = 0; i < n; ++i)
       refuse_root(out[i], roots[i].frame);
     return;
@@ -423,9 +440,13 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
   if (w != nullptr) {
     w->counters.spawned.add(n);
     core_.schedule_local_batch(w, out, n);
+    return;
+  }
+  for (std::size_t i = 0; i + 1 < n; ++i)
+    out[i]->next = out[i + 1];
+  if (p2c) {
+    core_.push_inbox_batch(target, out[0], out[n - 1], n);
   } else {
-    for (std::size_t i = 0; i + 1 < n; ++i)
-      out[i]->next = out[i + 1];
     core_.push_remote_batch(out[0], out[n - 1], n);
   }
 }
