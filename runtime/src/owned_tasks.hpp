@@ -7,7 +7,9 @@
 // without a lock.
 //
 // Which tasks are listed: every task spawned from outside the workers (at
-// its spawn, under the lock, refused once closed), and every task spawned
+// its spawn, under the lock, refused once closed; in the other threads'
+// list, or under placement::p2c in the list of the worker whose inbox
+// takes it), and every task spawned
 // on a worker from the first time it is suspended with nobody queueing it
 // (scheduler::poll_held lists it before it lets go of RUNNING; link() never
 // refuses). A task spawned on a worker that is queued or running is reached
