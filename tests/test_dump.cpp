@@ -90,62 +90,67 @@ task<std::size_t> read_pipe(int fd) {
 }  // namespace
 
 TEST(Dump, SuspendedTasksSayWhatTheyWaitOnAndWhereTheyWereSpawned) {
-  int fds[2];
-  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-  {
-    runtime rt{runtime_config{.workers = 2}};
-    spindle::channel<int> ch(1);
-    auto timer = rt.spawn(sleep_long());
-    std::uint32_t const timer_line = __LINE__ - 1;
-    auto receiver = rt.spawn(recv_forever(&ch));
-    std::uint32_t const channel_line = __LINE__ - 1;
-    auto reader = rt.spawn(read_pipe(fds[0]));
-    std::uint32_t const read_line = __LINE__ - 1;
+  // Either placement: spawns from outside are listed in the other threads'
+  // owned list, or under p2c in their target worker's.
+  for (spindle::placement where : {spindle::placement::global, spindle::placement::p2c}) {
+    SCOPED_TRACE(where == spindle::placement::p2c ? "p2c" : "global");
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    {
+      runtime rt{runtime_config{.workers = 2, .placement = where}};
+      spindle::channel<int> ch(1);
+      auto timer = rt.spawn(sleep_long());
+      std::uint32_t const timer_line = __LINE__ - 1;
+      auto receiver = rt.spawn(recv_forever(&ch));
+      std::uint32_t const channel_line = __LINE__ - 1;
+      auto reader = rt.spawn(read_pipe(fds[0]));
+      std::uint32_t const read_line = __LINE__ - 1;
 
-    runtime_dump d;
-    auto settled = [&] {
-      d = rt.dump(10s);
-      task_snapshot const* t = find_line(d, timer_line);
-      task_snapshot const* c = find_line(d, channel_line);
-      task_snapshot const* r = find_line(d, read_line);
-      return t != nullptr && c != nullptr && r != nullptr &&
-             t->state == task_run_state::suspended && c->state == task_run_state::suspended &&
-             r->state == task_run_state::blocked_in_driver;
-    };
-    ASSERT_TRUE(spindle_test::wait_until(settled, 20s)) << d;
-    EXPECT_EQ(d.tasks.size(), 3u) << d;
-    EXPECT_TRUE(d.unanswered_workers.empty()) << d;
-    EXPECT_EQ(d.workers, 2u);
-    EXPECT_EQ(find_line(d, timer_line)->waits_on, wait_kind::timer);
-    EXPECT_EQ(find_line(d, channel_line)->waits_on, wait_kind::channel);
-    EXPECT_EQ(find_line(d, read_line)->waits_on, wait_kind::io);
-    EXPECT_EQ(d.count(task_run_state::blocked_in_driver), 1u);
-    check_unique_ids(d);
-    check_json(d);
+      runtime_dump d;
+      auto settled = [&] {
+        d = rt.dump(10s);
+        task_snapshot const* t = find_line(d, timer_line);
+        task_snapshot const* c = find_line(d, channel_line);
+        task_snapshot const* r = find_line(d, read_line);
+        return t != nullptr && c != nullptr && r != nullptr &&
+               t->state == task_run_state::suspended && c->state == task_run_state::suspended &&
+               r->state == task_run_state::blocked_in_driver;
+      };
+      ASSERT_TRUE(spindle_test::wait_until(settled, 20s)) << d;
+      EXPECT_EQ(d.tasks.size(), 3u) << d;
+      EXPECT_TRUE(d.unanswered_workers.empty()) << d;
+      EXPECT_EQ(d.workers, 2u);
+      EXPECT_EQ(find_line(d, timer_line)->waits_on, wait_kind::timer);
+      EXPECT_EQ(find_line(d, channel_line)->waits_on, wait_kind::channel);
+      EXPECT_EQ(find_line(d, read_line)->waits_on, wait_kind::io);
+      EXPECT_EQ(d.count(task_run_state::blocked_in_driver), 1u);
+      check_unique_ids(d);
+      check_json(d);
 
-    // Ages grow from one dump to the next.
-    runtime_dump const later = rt.dump(10s);
-    ASSERT_NE(find_line(later, timer_line), nullptr) << later;
-    EXPECT_GE(find_line(later, timer_line)->age, find_line(d, timer_line)->age);
+      // Ages grow from one dump to the next.
+      runtime_dump const later = rt.dump(10s);
+      ASSERT_NE(find_line(later, timer_line), nullptr) << later;
+      EXPECT_GE(find_line(later, timer_line)->age, find_line(d, timer_line)->age);
 
-    std::ostringstream text;
-    text << d;
-    EXPECT_NE(text.str().find("test_dump.cpp:" + std::to_string(channel_line)), std::string::npos)
-        << text.str();
-    EXPECT_NE(text.str().find("blocked_in_driver"), std::string::npos) << text.str();
+      std::ostringstream text;
+      text << d;
+      EXPECT_NE(text.str().find("test_dump.cpp:" + std::to_string(channel_line)), std::string::npos)
+          << text.str();
+      EXPECT_NE(text.str().find("blocked_in_driver"), std::string::npos) << text.str();
 
-    // Let the reader and the receiver finish; the sleeper is destroyed at shutdown.
-    ASSERT_EQ(::write(fds[1], "x", 1), 1);
-    ch.close();
-    EXPECT_EQ(spindle_test::wait_and_take(reader), 1u);
-    spindle_test::wait_and_take(receiver);
-    runtime_dump const after = rt.dump(10s);
-    EXPECT_EQ(find_line(after, read_line), nullptr) << after;
-    EXPECT_EQ(find_line(after, channel_line), nullptr) << after;
-    EXPECT_NE(find_line(after, timer_line), nullptr) << after;
+      // Let the reader and the receiver finish; the sleeper is destroyed at shutdown.
+      ASSERT_EQ(::write(fds[1], "x", 1), 1);
+      ch.close();
+      EXPECT_EQ(spindle_test::wait_and_take(reader), 1u);
+      spindle_test::wait_and_take(receiver);
+      runtime_dump const after = rt.dump(10s);
+      EXPECT_EQ(find_line(after, read_line), nullptr) << after;
+      EXPECT_EQ(find_line(after, channel_line), nullptr) << after;
+      EXPECT_NE(find_line(after, timer_line), nullptr) << after;
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
   }
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 namespace {

@@ -275,21 +275,31 @@ task<int> spawn_children(int n) {
 }
 
 TEST(RuntimeStats, TotalSpawnedCountsEverySpawn) {
-  spindle::runtime rt{{.workers = 2}};
-  EXPECT_EQ(rt.stats().total_spawned, 0u);
-  // 1 remote spawn (the root) + 50 spawns from a worker.
-  EXPECT_EQ(spindle_test::run_on_worker(rt, spawn_children(50)), 49 * 50 / 2);
-  EXPECT_EQ(rt.stats().total_spawned, 51u);
-  // 10 remote spawns.
-  std::vector<join_handle<int>> hs;
-  for (int i = 0; i < 10; ++i)
-    hs.push_back(rt.spawn(value_of(i)));
-  for (auto& h : hs)
-    spindle_test::wait_and_take(h);
-  spindle::runtime_stats s = rt.stats();
-  EXPECT_EQ(s.total_spawned, 61u);
-  EXPECT_GE(s.total_polled, 61u) << "every task is polled at least once on a worker";
-  EXPECT_EQ(s.tasks_alive, 0u);
+  // Spawns off the workers are counted by the owned list they are linked
+  // into: the other threads' shard, or under p2c the target worker's.
+  for (spindle::placement where : {spindle::placement::global, spindle::placement::p2c}) {
+    SCOPED_TRACE(where == spindle::placement::p2c ? "p2c" : "global");
+    spindle::runtime rt{{.workers = 2, .placement = where}};
+    EXPECT_EQ(rt.stats().total_spawned, 0u);
+    // 1 remote spawn (the root) + 50 spawns from a worker.
+    EXPECT_EQ(spindle_test::run_on_worker(rt, spawn_children(50)), 49 * 50 / 2);
+    EXPECT_EQ(rt.stats().total_spawned, 51u);
+    // 10 remote spawns, then a batch of 5 from outside.
+    std::vector<join_handle<int>> hs;
+    for (int i = 0; i < 10; ++i)
+      hs.push_back(rt.spawn(value_of(i)));
+    std::vector<task<int>> batch;
+    for (int i = 0; i < 5; ++i)
+      batch.push_back(value_of(i));
+    for (auto& h : rt.spawn_batch(batch))
+      hs.push_back(std::move(h));
+    for (auto& h : hs)
+      spindle_test::wait_and_take(h);
+    spindle::runtime_stats s = rt.stats();
+    EXPECT_EQ(s.total_spawned, 66u);
+    EXPECT_GE(s.total_polled, 66u) << "every task is polled at least once on a worker";
+    EXPECT_EQ(s.tasks_alive, 0u);
+  }
 }
 
 task<int> yield_times(int n) {
