@@ -7,11 +7,13 @@
 //    worker looks at its inbox before the global queue, a batch per look and
 //    more of a long inbox into its ring while local work waits; a searcher takes
 //    half of another worker's inbox; a worker does not park on a non-empty
-//    inbox; the placement RNG follows the seed;
+//    inbox; a task that yields while its worker's inbox holds tasks goes
+//    behind them (not under global); the placement RNG follows the seed;
 //  - whole runtimes with either placement: spawns and wakes from many
 //    outside threads while the workers park and unpark (no lost wake-up),
-//    and tasks placed on a worker that is stuck in a 50 ms poll still run
-//    on the other worker.
+//    tasks placed on a worker that is stuck in a 50 ms poll still run
+//    on the other worker, and a task that yields runs again only after
+//    the burst of 1,000 spawns that waited in its worker's inbox.
 #include <gtest/gtest.h>
 
 #include <atomic>

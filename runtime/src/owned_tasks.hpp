@@ -124,32 +124,14 @@ class owned_tasks {
   }
 
   /// Listed tasks (a sum over the shards, each read under its lock).
-  [[nodiscard]] std::uint64_t listed() const noexcept {
-    std::uint64_t n = 0;
-    for (std::size_t i = 0; i < count_; ++i) {
-      shard& s = shards_[i];
-      s.lock();
-      n += s.tasks;
-      s.unlock();
-    }
-    return n;
-  }
+  [[nodiscard]] std::uint64_t listed() const noexcept { return sum(&shard::tasks); }
 
   /// Tasks insert() and insert_batch() have linked since construction (the
   /// spawns from threads that are not workers: a worker's spawn is not
   /// listed), a sum over the shards, each read under its lock. Counted
   /// under the lock the spawn takes anyway: an atomic counter of its own
   /// cost every remote spawn one more locked instruction.
-  [[nodiscard]] std::uint64_t inserted() const noexcept {
-    std::uint64_t n = 0;
-    for (std::size_t i = 0; i < count_; ++i) {
-      shard& s = shards_[i];
-      s.lock();
-      n += s.inserted;
-      s.unlock();
-    }
-    return n;
-  }
+  [[nodiscard]] std::uint64_t inserted() const noexcept { return sum(&shard::inserted); }
 
   /// Calls `fn(task)` on every listed task, one shard at a time under that
   /// shard's lock (runtime::dump(): a listed task is unlinked under the lock
@@ -203,6 +185,17 @@ class owned_tasks {
     }
     void unlock() noexcept { locked.store(false, std::memory_order_release); }
   };
+  // A counter summed over the shards, each read under its lock.
+  std::uint64_t sum(std::uint64_t shard::*counter) const noexcept {
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < count_; ++i) {
+      shard& s = shards_[i];
+      s.lock();
+      n += s.*counter;
+      s.unlock();
+    }
+    return n;
+  }
   static void link_locked(shard& s, task_header* task, std::size_t shard_index) noexcept {
     task->owned_list = static_cast<std::uint8_t>(shard_index);
     owned_links::push_front(s.head, task);

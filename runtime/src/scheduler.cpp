@@ -395,8 +395,8 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   }
   // From elsewhere (counted by the owned list's insert). Under p2c the task
   // is listed in the shard of the worker whose inbox it goes to, which
-  // also unlists it when it runs it: no shard shared by every remote spawn
-  // and every worker.
+  // usually completes it and unlists it: no shard that every remote spawn
+  // and every worker's completions lock in turn.
   bool const p2c = core_.placement() == spindle::placement::p2c;
   std::size_t const target = p2c ? core_.choose_p2c() : core_.workers.size();
   if (!owned_.insert(task, target)) {
