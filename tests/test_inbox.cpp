@@ -212,7 +212,7 @@ TEST(P2c, AnInboxIsTakenInBatchesAndNotStarvedByLocalWork) {
     task_header* t = f.core.next_task(w);
     ASSERT_NE(t, nullptr);
     if (f.tasks.index(t) >= 32 && f.tasks.index(t) < 100) ++from_inbox;
-    f.core.schedule_local(w, f.tasks[200 + poll % 2], true);  // a yield loop
+    f.core.schedule_yield(w, f.tasks[200 + poll % 2]);  // a yield loop
   }
   EXPECT_GT(from_inbox, 0u) << "local work starved the inbox";
 }
@@ -262,7 +262,7 @@ TEST(P2c, AYieldWhileTheInboxHoldsTasksGoesBehindThem) {
   // A task that yields (or was woken while it ran) while 68 wait in the
   // inbox: behind them, not at the ring's back, where the next look would
   // have put it in front of all but 32 + spill_room of them.
-  f.core.schedule_local(w, f.tasks[400], true);
+  f.core.schedule_yield(w, f.tasks[400]);
   EXPECT_EQ(w->remote.len(), 69u);
   EXPECT_TRUE(w->queue.is_empty());
   EXPECT_EQ(w->lifo.peek(), nullptr);
@@ -271,7 +271,7 @@ TEST(P2c, AYieldWhileTheInboxHoldsTasksGoesBehindThem) {
   EXPECT_EQ(f.core.next_task(w), f.tasks[400]);
   // The inbox empty: a yield stays local (the LIFO slot, this worker's only
   // work) and never touches the inbox.
-  f.core.schedule_local(w, f.tasks[401], true);
+  f.core.schedule_yield(w, f.tasks[401]);
   EXPECT_EQ(w->remote.len(), 0u);
   EXPECT_EQ(f.core.next_task(w), f.tasks[401]);
   // Under the global placement, a yield goes to the ring's back whatever
@@ -281,7 +281,7 @@ TEST(P2c, AYieldWhileTheInboxHoldsTasksGoesBehindThem) {
   g.push_to_ring(gw, g.tasks[300]);
   for (std::size_t i = 0; i < 100; ++i)
     g.core.push_remote(g.tasks[i]);
-  g.core.schedule_local(gw, g.tasks[400], true);
+  g.core.schedule_yield(gw, g.tasks[400]);
   EXPECT_EQ(gw->queue.len(), 2u);
 }
 

@@ -654,7 +654,7 @@ class simulation {
       case ts::poll_end::requeue:
         if (!yielded) ++result_.notified_requeues;
         SIM_TRACE("task " + std::to_string(i) + (yielded ? " yields" : " re-queued (notified)"));
-        core_.schedule_local(w, t, true);
+        core_.schedule_yield(w, t);
         break;
       case ts::poll_end::turned_live:
         ++result_.turned_live;

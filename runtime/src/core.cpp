@@ -41,6 +41,24 @@ std::uint64_t scheduler_core::backoff_ns(worker const* w) const noexcept {
   return std::min(steal_backoff_base_ns << shift, steal_backoff_max_ns);
 }
 
+void scheduler_core::schedule_yield(worker* w, task_header* task) noexcept {
+  // With p2c the worker's queue is its ring and its inbox: a task that
+  // yields while tasks wait in the inbox goes behind them, as it goes
+  // behind the ring's. At the ring's back it ran again after at most a
+  // look's take (32 + spill_room), and a loop of yields took that share of
+  // the worker while a burst of remote spawns waited
+  // (spawn_many_remote_busy: README). (A function of its own: inside
+  // schedule_local, the spawn path lost a register to it, 2 instructions
+  // more per spawn.)
+  if (placement_ == spindle::placement::p2c && w->remote.len() != 0 &&
+      !w->transitioning_to_park.load(std::memory_order_relaxed)) {
+    w->polls_since_global = w->global_interval;
+    w->remote.push(task);
+    return;
+  }
+  schedule_local(w, task, true);
+}
+
 void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield) noexcept {
   if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
     // The worker is on its way to sleep: a task in its LIFO slot could be
@@ -57,16 +75,6 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
     // remote tasks per interval (about 1 ms of their polls), and a burst of
     // remote spawns waited tens of milliseconds (spawn_many_remote_busy).
     w->polls_since_global = w->global_interval;
-    // With p2c the worker's queue is its ring and its inbox: a task that
-    // yields while tasks wait in the inbox goes behind them, as it goes
-    // behind the ring's. At the ring's back it ran again after at most a
-    // look's take (32 + spill_room), and a loop of yields took that share
-    // of the worker while a burst of remote spawns waited
-    // (spawn_many_remote_busy: README).
-    if (placement_ == spindle::placement::p2c && w->remote.len() != 0) {
-      w->remote.push(task);
-      return;
-    }
     // It goes to the back of the ring, unless it is this worker's only work
     // (the slot, the ring, the inbox and the global queue empty): then its
     // next pick takes it anyway, after the remote queues, and it waits in

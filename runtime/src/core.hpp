@@ -123,6 +123,10 @@ class scheduler_core {
   /// (or a task woken while it ran), after which the next pick checks the
   /// global queue first.
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
+  /// A task that yielded (or was woken while it ran) on worker w, after its
+  /// poll: schedule_local(w, task, true), or under placement::p2c the back
+  /// of w's inbox while tasks wait there. On w's thread only.
+  void schedule_yield(worker* w, task_header* task) noexcept;
   /// schedule_local of tasks[0..n) (new spawns, spawn_batch): the back of
   /// the ring with one publication, the overflow to the global queue in one
   /// batch, and at most one wake.

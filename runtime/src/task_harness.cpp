@@ -288,7 +288,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
     case task_state::poll_end::requeue:
       // Woken while it ran (or yielded): back of the run queue.
       if (w != nullptr) {
-        core_.schedule_local(w, task, true);
+        core_.schedule_yield(w, task);
       } else {
         core_.push_remote(task);
       }
