@@ -48,8 +48,8 @@ void scheduler_core::schedule_yield(worker* w, task_header* task) noexcept {
   // look's take (32 + spill_room), and a loop of yields took that share of
   // the worker while a burst of remote spawns waited
   // (spawn_many_remote_busy: README). (A function of its own: inside
-  // schedule_local, the spawn path lost a register to it, 2 instructions
-  // more per spawn.)
+  // schedule_local, GCC gave the spawn path through it a worse register
+  // allocation, which reloaded `this` from the stack.)
   if (placement_ == spindle::placement::p2c && w->remote.len() != 0 &&
       !w->transitioning_to_park.load(std::memory_order_relaxed)) {
     w->polls_since_global = w->global_interval;

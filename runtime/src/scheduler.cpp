@@ -609,17 +609,16 @@ runtime_stats scheduler::stats() const {
     out.workers.push_back(s);
   }
   out.io_completions += offworker_io_completions_.load(std::memory_order_relaxed);
-  std::uint64_t const remote_spawned = owned_.inserted();
-  out.total_spawned += remote_spawned;
   out.detached_exceptions = detached_exceptions_.load(std::memory_order_relaxed);
   // Completions first (acquire): a completion seen implies its spawn seen,
   // so the difference never goes below the truth.
   std::uint64_t completed = remote_completed_.load(std::memory_order_acquire);
   for (auto const& w : core_.workers)
     completed += w->counters.completed.get();
-  // The off-worker spawns were read above, before the completions: read
-  // again (each shard under its lock), after them.
-  std::uint64_t spawned = owned_.inserted();
+  // The spawns off the workers (each shard read under its lock).
+  std::uint64_t const remote_spawned = owned_.inserted();
+  out.total_spawned += remote_spawned;
+  std::uint64_t spawned = remote_spawned;
   for (auto const& w : core_.workers)
     spawned += w->counters.spawned.get();
   out.tasks_alive = spawned > completed ? spawned - completed : 0;
