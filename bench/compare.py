@@ -15,8 +15,9 @@ every workload on every system with the same worker count (default 2):
            the workloads it can express), fib_fold_30 and fib_fold_35 (spindle
            alone: the same fib as a spindle::fold over its call tree, no
            coroutine frame per node: spindle's fork-join path); spindle runs them with
-           placement::global (`spindle`, the default) and again with
-           placement::p2c (`spindle-p2c`, SPINDLE_PLACEMENT=p2c), and the
+           placement::p2c (`spindle`, the default) and again with
+           placement::global (`spindle-global`, SPINDLE_PLACEMENT=global),
+           each with its own default idle tiers, and the
            spawn_many_*_batch variants (the same spawns with one
            spawn_batch call) on both. With --libfork DIR (a libfork
            checkout: header-only, not in Debian), libfork's lazy_pool runs
@@ -542,7 +543,7 @@ def runtime_value(b, w):
 
 
 # The spindle systems of the runtime section: name -> runtime_config::placement.
-SPINDLE_PLACEMENTS = {"spindle": "global", "spindle-p2c": "p2c"}
+SPINDLE_PLACEMENTS = {"spindle": "p2c", "spindle-global": "global"}
 
 
 def spindle_runtime(cfg, res, workloads, system="spindle"):
@@ -585,10 +586,10 @@ def spindle_runtime(cfg, res, workloads, system="spindle"):
 # Placement and batch targets (issue 19): (label, workload, numerator
 # system, denominator system, largest cost ratio that meets it).
 PLACEMENT_TARGETS = [
-    ("p2c vs global, remote_idle", "spawn_many_remote_idle", "spindle-p2c", "spindle", 1 / 1.3),
-    ("p2c vs global, remote_busy", "spawn_many_remote_busy", "spindle-p2c", "spindle", 1 / 1.3),
-    ("p2c vs Tokio, remote_idle", "spawn_many_remote_idle", "spindle-p2c", "tokio", 0.3),
-    ("p2c vs Tokio, remote_busy", "spawn_many_remote_busy", "spindle-p2c", "tokio", 0.3),
+    ("p2c vs global, remote_idle", "spawn_many_remote_idle", "spindle", "spindle-global", 1 / 1.3),
+    ("p2c vs global, remote_busy", "spawn_many_remote_busy", "spindle", "spindle-global", 1 / 1.3),
+    ("p2c vs Tokio, remote_idle", "spawn_many_remote_idle", "spindle", "tokio", 0.3),
+    ("p2c vs Tokio, remote_busy", "spawn_many_remote_busy", "spindle", "tokio", 0.3),
 ]
 
 
@@ -1450,7 +1451,7 @@ def net(cfg, res, status, out_dir):
 # --------------------------------------------------------------------------
 # Output
 
-SYSTEM_ORDER = ["spindle", "spindle-p2c", "spindle-task", "spindle-fold-pool", "spindle-spawn",
+SYSTEM_ORDER = ["spindle", "spindle-global", "spindle-task", "spindle-fold-pool", "spindle-spawn",
                 "spindle-sync-stat", "spindle-uring-stat", "spindle-no-trace-sites",
                 "spindle-traced", "sequential",
                 "tokio", "onetbb", "onetbb-outside", "libfork", "openmp", "gnu-du", "boost-asio", "boost-fiber",

@@ -382,6 +382,28 @@ char const* name_of(placement p) {
   return p == placement::p2c ? "p2c" : "global";
 }
 
+// The default placement is p2c, and the yield tier's default follows the
+// placement (runtime_config::idle_yields): 32 looks under p2c, 4 under
+// global; a count given in the config stays.
+TEST(P2c, IsTheDefaultAndTheYieldTierFollowsThePlacement) {
+  if (std::getenv("SPINDLE_IDLE") != nullptr) GTEST_SKIP() << "SPINDLE_IDLE sets the tiers";
+  {
+    spindle::runtime rt{{.workers = 1}};
+    EXPECT_EQ(rt.config().placement, placement::p2c);
+    EXPECT_EQ(rt.config().idle_yields, 32u);
+  }
+  {
+    spindle::runtime rt{{.workers = 1, .placement = placement::global}};
+    EXPECT_EQ(rt.config().idle_yields, 4u);
+  }
+  for (placement where : both) {
+    spindle::runtime rt{{.workers = 1, .idle_yields = 7, .placement = where}};
+    EXPECT_EQ(rt.config().idle_yields, 7u) << name_of(where);
+  }
+  spindle::runtime_config const unresolved{};
+  EXPECT_FALSE(unresolved.idle_yields.has_value());
+}
+
 spindle::task<void> bump(std::atomic<int>* n) {
   n->fetch_add(1, std::memory_order_relaxed);
   co_return;

@@ -414,7 +414,7 @@ TEST(RuntimeStats, WideFanOutIsStolen) {
 }
 
 TEST(RuntimeStats, RemoteSpawnsAreFetchedInBatches) {
-  spindle::runtime rt{{.workers = 2}};
+  spindle::runtime rt{{.workers = 2, .placement = spindle::placement::global}};
   if (rt.config().placement != spindle::placement::global) {
     GTEST_SKIP() << "SPINDLE_PLACEMENT=p2c: remote spawns go to the workers' inboxes, not the "
                     "global queue (test_inbox covers p2c)";

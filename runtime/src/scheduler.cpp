@@ -152,6 +152,9 @@ runtime_config resolve_config(runtime_config config) {
     if (v == "global") config.placement = placement::global;
     if (v == "p2c") config.placement = placement::p2c;
   }
+  // The yield tier's default depends on the placement (runtime_config::
+  // idle_yields; the measurements are in docs/tuning.md).
+  if (!config.idle_yields) config.idle_yields = config.placement == placement::p2c ? 32 : 4;
   return config;
 }
 
@@ -229,7 +232,7 @@ scheduler::scheduler(runtime_config const& config, driver_factory make_driver)
       host_(this, host_calls),
       epoch_(std::chrono::steady_clock::now()),
       core_(*this, config_.workers, config_.budget, config_.seed,
-            idle_tiers{config_.idle_spins, config_.idle_yields}, config_.placement,
+            idle_tiers{config_.idle_spins, *config_.idle_yields}, config_.placement,
             static_cast<std::uint64_t>(
                 std::chrono::duration_cast<std::chrono::nanoseconds>(config_.stalled_lifo_threshold)
                     .count())),

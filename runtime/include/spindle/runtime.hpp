@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ranges>
 #include <string>
 #include <system_error>
@@ -93,7 +94,7 @@ enum class io_backend : std::uint8_t {
 /// Design source: Veloq's executor (seed 003): power of two choices.
 enum class placement : std::uint8_t {
   /// One global (inject) queue that every worker takes batches from (Tokio's
-  /// and Volt's). The default.
+  /// and Volt's).
   global,
   /// Power of two choices: the task goes into the inbox of the less loaded
   /// of two workers drawn by the runtime's seeded RNG (load: its ring's
@@ -105,7 +106,9 @@ enum class placement : std::uint8_t {
   /// busy worker whose own inbox and the global queue are empty takes half
   /// of one other inbox on its global-check interval (backing off while
   /// those looks find nothing), so that a spawn_batch from outside, which
-  /// fills one inbox, is shared while every worker is busy.
+  /// fills one inbox, is shared while every worker is busy. The default:
+  /// in bench/compare it is level with `global` or ahead on every runtime
+  /// workload (README, "Performance").
   p2c,
 };
 
@@ -152,12 +155,22 @@ struct runtime_config {
   /// CPU away (sched_yield) between looks, and only then parks on its
   /// futex. Work that arrives meanwhile (a spawn from another thread, a
   /// wake) is found without a futex wake on either side; the cost is CPU
-  /// time burnt by an idle worker, taken from other threads when the cores
+  /// time burnt by an idle worker (a yielding look takes about 1 us when
+  /// nothing else wants the CPU), taken from other threads when the cores
   /// are all busy. 0 and 0: park after the first empty tick (Tokio's
   /// behaviour). The environment variable SPINDLE_IDLE=spins,yields
-  /// overrides both. How the defaults were measured: docs/tuning.md.
+  /// overrides both.
   std::uint32_t idle_spins = 0;
-  std::uint32_t idle_yields = 4;  ///< see idle_spins
+  /// See idle_spins. Empty (the default): 32 with placement::p2c, 4 with
+  /// placement::global; runtime::config() reports the count in force. The
+  /// placements differ because an awake idle worker looks at different
+  /// queues: under p2c its own inbox, which a spawning thread pushes to
+  /// without a lock, under global the one queue every worker and the
+  /// spawning thread take the lock of. Measured (docs/tuning.md): 32
+  /// yielding looks take chained_spawn from about 50 to 33-37 us with
+  /// either placement, leave p2c's other workloads level, and cost
+  /// global's spawn_many_remote_idle up to 1.6x.
+  std::optional<std::uint32_t> idle_yields{};
   /// Stalled-worker rescue (Tokio issue #4941): the task in a worker's LIFO
   /// slot (the one it spawned or woke last, which it runs next) cannot be
   /// stolen like the tasks of its ring, so a task that polls for a long time
@@ -201,7 +214,7 @@ struct runtime_config {
   /// Where spawns and wakes from threads that are not workers go (see
   /// placement). The environment variable SPINDLE_PLACEMENT=global|p2c
   /// overrides it (other values are ignored).
-  spindle::placement placement = spindle::placement::global;
+  spindle::placement placement = spindle::placement::p2c;
 };
 
 namespace detail {
@@ -386,9 +399,10 @@ class runtime {
   /// The I/O backend chosen at construction; never `automatic`.
   [[nodiscard]] spindle::io_backend io_backend_in_use() const noexcept;
   /// The configuration in force (any thread): what was given, with `workers`
-  /// resolved (0 becomes the core count), `budget` at least 1, and the
+  /// resolved (0 becomes the core count), `budget` at least 1, the
   /// environment's overrides applied (SPINDLE_CACHED_READS, SPINDLE_IDLE,
-  /// SPINDLE_PLACEMENT).
+  /// SPINDLE_PLACEMENT) and `idle_yields` filled in from the placement
+  /// when it was empty.
   [[nodiscard]] runtime_config const& config() const noexcept;
 
   /// The scheduler (for spindle's own tests, which reach its private headers).
