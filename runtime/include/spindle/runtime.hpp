@@ -166,9 +166,9 @@ struct runtime_config {
   /// placements differ because an awake idle worker looks at different
   /// queues: under p2c its own inbox, which a spawning thread pushes to
   /// without a lock, under global the one queue every worker and the
-  /// spawning thread take the lock of. Measured (docs/tuning.md): 32
-  /// yielding looks take chained_spawn from about 50 to 33-37 us with
-  /// either placement, leave p2c's other workloads level, and cost
+  /// spawning thread take the lock of. Measured (docs/tuning.md; 2
+  /// workers): 32 yielding looks take chained_spawn from about 50 to 31-39
+  /// us with either placement, leave p2c's other workloads level, and cost
   /// global's spawn_many_remote_idle up to 1.6x.
   std::optional<std::uint32_t> idle_yields{};
   /// Stalled-worker rescue (Tokio issue #4941): the task in a worker's LIFO
