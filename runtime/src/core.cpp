@@ -96,21 +96,7 @@ void scheduler_core::schedule_local(worker* w, task_header* task, bool is_yield)
       to_ring = w->lifo.replace(task);
     }
     if (to_ring == nullptr) {
-      // A task now waits in the slot, where only a rescue can reach it if
-      // this worker stalls: the watcher must be awake to see it.
-      // (seq_cst: ordered after the claim that woke this worker, see
-      // watch_deadline_ns.)
-      if (watch_wanted_.load(std::memory_order_seq_cst)) wake_watcher();
-      // Wake-on-hoard (the scanner executor): a worker that keeps scheduling locally
-      // wakes a sibling now and then, so that the work piling up in its ring
-      // gets stolen even if the wake for it was missed. Only when the ring
-      // holds work: the LIFO slot cannot be stolen, so in a chain of spawns
-      // (one task at a time) a woken sibling would find nothing, and the
-      // futex wake would cost the chain a system call every 32 links.
-      if (++w->hoard >= worker::wake_on_hoard_threshold) {
-        w->hoard = 0;
-        if (!w->queue.is_empty()) notify_parked();
-      }
+      slot_filled(w);
       return;
     }
   }
@@ -200,7 +186,17 @@ task_header* scheduler_core::next_task(worker* w) noexcept {
     if (task == nullptr && placement_ == spindle::placement::p2c) task = help_inbox(w);
     if (task != nullptr) return not_from_lifo(w, task);
   }
-  // 2-3. LIFO slot (capped at a few polls in a row), ring.
+  // 2-3. LIFO slot (capped at a few polls in a row), ring. The slot's
+  // common case here, the rest in next_local.
+  if (w->lifo.peek() != nullptr && w->lifo_polls_in_a_row < worker::max_lifo_polls_in_a_row) {
+    // A rescue may take the task at the same moment (then the slot gives
+    // nullptr and next_local looks at the ring).
+    if (task_header* task = w->lifo.take()) [[likely]] {
+      ++w->lifo_polls_in_a_row;
+      w->counters.lifo_hits.add();
+      return task;
+    }
+  }
   if (task_header* task = next_local(w)) return task;
   // 4. Inbox, global queue.
   if (task_header* task = fetch_remote(w)) return not_from_lifo(w, task);
@@ -502,8 +498,7 @@ void scheduler_core::wake_watcher() noexcept {
   if (target != not_a_worker) platform_->unpark_worker(target);
 }
 
-void scheduler_core::transition_from_searching(worker* w) noexcept {
-  if (!w->is_searching) return;
+void scheduler_core::stop_searching(worker* w) noexcept {
   w->is_searching = false;
   // The last searcher to find work wakes another: there may be more.
   if (idle.transition_worker_from_searching()) notify_parked();

@@ -123,6 +123,19 @@ class scheduler_core {
   /// (or a task woken while it ran), after which the next pick checks the
   /// global queue first.
   void schedule_local(worker* w, task_header* task, bool is_yield) noexcept;
+  /// schedule_local(w, task, false) in its common case, inlined into the
+  /// spawn path: `task` into w's empty LIFO slot while w is not on its way
+  /// to park. False, having done nothing, in every other case. On w's
+  /// thread only.
+  [[gnu::always_inline]] bool schedule_into_empty_slot(worker* w, task_header* task) noexcept {
+    if (w->transitioning_to_park.load(std::memory_order_relaxed) || w->lifo.peek() != nullptr)
+      return false;
+    // Only the owner fills the slot, so an empty slot stays empty until
+    // this store.
+    w->lifo.put(task);
+    slot_filled(w);
+    return true;
+  }
   /// A task that yielded (or was woken while it ran) on worker w, after its
   /// poll: schedule_local(w, task, true), or under placement::p2c the back
   /// of w's inbox while tasks wait there. On w's thread only.
@@ -166,7 +179,10 @@ class scheduler_core {
   task_header* next_task(worker* w) noexcept;
   /// `w` found a task: leaves the searching state (the last searcher to find
   /// work notifies another worker).
-  void transition_from_searching(worker* w) noexcept;
+  void transition_from_searching(worker* w) noexcept {
+    if (w->is_searching) [[unlikely]]
+      stop_searching(w);
+  }
   /// End of a tick of `polls` polls that took `elapsed_ns`: updates the
   /// EWMA global-check interval and resets the count of LIFO polls in a row.
   void end_tick(worker* w, std::uint32_t polls, std::uint64_t elapsed_ns) noexcept;
@@ -218,11 +234,33 @@ class scheduler_core {
 
  private:
   task_header* next_local(worker* w) noexcept;
+  /// transition_from_searching of a searching worker.
+  void stop_searching(worker* w) noexcept;
   /// Leaves the watch (a watcher that wakes to run).
   void stop_watching(worker* w) noexcept;
   /// A push into an empty LIFO slot while nobody watches with a deadline:
   /// wakes the watcher (or any parked worker, which takes the watch).
   void wake_watcher() noexcept;
+  /// After a task went into w's empty LIFO slot: the watcher and the
+  /// wake-on-hoard (schedule_local).
+  [[gnu::always_inline]] void slot_filled(worker* w) noexcept {
+    // A task now waits in the slot, where only a rescue can reach it if
+    // this worker stalls: the watcher must be awake to see it.
+    // (seq_cst: ordered after the claim that woke this worker, see
+    // watch_deadline_ns.)
+    if (watch_wanted_.load(std::memory_order_seq_cst)) [[unlikely]]
+      wake_watcher();
+    // Wake-on-hoard (the scanner executor): a worker that keeps scheduling
+    // locally wakes a sibling now and then, so that the work piling up in
+    // its ring gets stolen even if the wake for it was missed. Only when
+    // the ring holds work: the LIFO slot cannot be stolen, so in a chain of
+    // spawns (one task at a time) a woken sibling would find nothing, and
+    // the futex wake would cost the chain a system call every 32 links.
+    if (++w->hoard >= worker::wake_on_hoard_threshold) [[unlikely]] {
+      w->hoard = 0;
+      if (!w->queue.is_empty()) notify_parked();
+    }
+  }
   /// Returns `task`; a task taken from anywhere but the LIFO slot ends a run of
   /// LIFO polls.
   static task_header* not_from_lifo(worker* w, task_header* task) noexcept;

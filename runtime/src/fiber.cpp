@@ -163,7 +163,7 @@ struct local_pool {
 };
 
 local_pool& local() noexcept {
-  // initial-exec: see this_thread_context (scheduler.cpp).
+  // initial-exec: see t_thread_context (scheduler.hpp).
   [[gnu::tls_model("initial-exec")]] thread_local local_pool pool;
   return pool;
 }
@@ -197,7 +197,7 @@ struct thread_fiber_state {
 
 // Not inlined: a fiber may resume on another thread between two calls.
 [[gnu::noinline]] thread_fiber_state& this_thread_fibers() noexcept {
-  // initial-exec: see this_thread_context (scheduler.cpp).
+  // initial-exec: see t_thread_context (scheduler.hpp).
   [[gnu::tls_model("initial-exec")]] thread_local thread_fiber_state state;
   return state;
 }

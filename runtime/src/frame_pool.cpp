@@ -319,7 +319,7 @@ struct thread_pool {
 };
 static_assert(std::is_trivially_destructible_v<thread_pool>);
 
-// initial-exec: see this_thread_context (scheduler.cpp).
+// initial-exec: see t_thread_context (scheduler.hpp).
 [[gnu::tls_model("initial-exec")]] constinit thread_local thread_pool t_pool{};
 
 thread_pool& local_pool() noexcept {

@@ -67,12 +67,10 @@ scheduler::runtime_slot::~runtime_slot() {
   r.taken[id_] = false;
 }
 
+[[gnu::tls_model("initial-exec")]] constinit thread_local thread_context t_thread_context;
+
 [[gnu::noinline]] thread_context& this_thread_context() noexcept {
-  // initial-exec: one %fs-relative load instead of a __tls_get_addr call
-  // (libspindle is a shared library linked at start-up, not dlopen'ed late;
-  // its TLS is a few hundred bytes of the static TLS block).
-  [[gnu::tls_model("initial-exec")]] thread_local thread_context ctx;
-  return ctx;
+  return t_thread_context;
 }
 
 namespace {
@@ -364,42 +362,77 @@ void scheduler::drain_queues() noexcept {
 
 task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promise,
                               spawn_location where) {
-  thread_context& ctx = this_thread_context();
+  thread_context& ctx = this_thread_context_here();
   return spawn_on(ctx.sched == this ? ctx.self : nullptr, root, promise, where);
 }
 
-// Inlined into spawn() and spawn_on_current(): a spawn from a task
-// (spindle::spawn) makes one call into the library and reads the thread's
-// context once.
+// A worker's spawn from its own thread (spindle::spawn in a task): the
+// common case (the site of the worker's last spawn, the gate open, an empty
+// LIFO slot) without a call or a saved register, the rest in
+// spawn_from_worker_slow, which comes back here once the site is cached.
+// A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
+// through its queue until it first suspends).
+[[gnu::always_inline]] inline task_header* scheduler::spawn_from_worker(
+    worker* w, std::coroutine_handle<> root, promise_base* promise, spawn_location where) {
+  if (spawn_site_key(where) != w->last_site_key || owned_.closed()) [[unlikely]]
+    return spawn_from_worker_slow(w, root, promise, where);
+  task_header* task = task_header::of_frame(root.address());
+  init_root(task, root, promise, w->last_site_id);
+  task->state.store(w->spawn_stamp | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                    std::memory_order_relaxed);
+  w->counters.spawned.add();
+  if (core_.schedule_into_empty_slot(w, task)) return task;
+  return schedule_spawned(w, task);
+}
+
+[[gnu::noinline]] task_header* scheduler::spawn_from_worker_slow(worker* w,
+                                                                 std::coroutine_handle<> root,
+                                                                 promise_base* promise,
+                                                                 spawn_location where) {
+  // The worker's site cache holds this spawn's site from here on.
+  std::uint32_t const site = site_id_for(w, where);
+  if (owned_.closed()) {
+    task_header* task = task_header::of_frame(root.address());
+    init_root(task, root, promise, site);
+    task->state.store(w->spawn_stamp | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                      std::memory_order_relaxed);
+    refuse_root(task, root);  // refused atomically
+    return task;
+  }
+  return spawn_from_worker(w, root, promise, where);
+}
+
+[[gnu::noinline]] task_header* scheduler::schedule_spawned(worker* w, task_header* task) noexcept {
+  core_.schedule_local(w, task, false);
+  return task;
+}
+
+// Inlined into spawn() and spawn_on_current()'s other threads: a spawn makes
+// one call into the library and reads the thread's context once.
 [[gnu::always_inline]] inline task_header* scheduler::spawn_on(worker* w,
                                                                std::coroutine_handle<> root,
                                                                promise_base* promise,
                                                                spawn_location where) {
+  if (w != nullptr) return spawn_from_worker(w, root, promise, where);
+  return spawn_from_outside(root, promise, where);
+}
+
+task_header* scheduler::spawn_from_outside(std::coroutine_handle<> root, promise_base* promise,
+                                           spawn_location where) {
   task_header* task = task_header::of_frame(root.address());
-  init_root(task, root, promise, site_id_for(w, where));
+  init_root(task, root, promise, spawn_site_id(where));
 
   // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
   // tasks) may destroy it at once, and a stamp after that went into a freed
   // block (found by test_stress's spawns racing shutdown, under ASan).
   task->state.store(
-      spawn_stamp(w, slot_.id()) | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+      spawn_stamp(nullptr, slot_.id()) | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
       std::memory_order_relaxed);
-  // A worker's spawn lists nothing (owned_tasks.hpp: the task is reached
-  // through its queue until it first suspends); a spawn from elsewhere is
-  // listed at once, under the gate's lock.
-  if (w != nullptr) {
-    if (owned_.closed()) {
-      refuse_root(task, root);  // refused atomically
-      return task;
-    }
-    w->counters.spawned.add();
-    core_.schedule_local(w, task, false);
-    return task;
-  }
-  // From elsewhere (counted by the owned list's insert). Under p2c the task
-  // is listed in the shard of the worker whose inbox it goes to, which
-  // usually completes it and unlists it: no shard that every remote spawn
-  // and every worker's completions lock in turn.
+  // From elsewhere: listed at once, under the gate's lock (counted by the
+  // owned list's insert). Under p2c the task is listed in the shard of the
+  // worker whose inbox it goes to, which usually completes it and unlists
+  // it: no shard that every remote spawn and every worker's completions
+  // lock in turn.
   bool const p2c = core_.placement() == spindle::placement::p2c;
   std::size_t const target = p2c ? core_.choose_p2c() : core_.workers.size();
   if (!owned_.insert(task, target)) {
@@ -642,9 +675,10 @@ task_header* spawn_root(scheduler* sched, std::coroutine_handle<> root, promise_
   return sched->spawn(root, promise, where);
 }
 
-task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
-                              spawn_location where) {
-  thread_context const& ctx = this_thread_context();
+namespace {
+[[gnu::noinline]] task_header* spawn_on_other_thread(std::coroutine_handle<> root,
+                                                     promise_base* promise, spawn_location where) {
+  thread_context const& ctx = this_thread_context_here();
   scheduler* sched = ctx.sched;
   if (sched == nullptr) [[unlikely]] {
     if (root) root.destroy();
@@ -657,6 +691,17 @@ task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promis
   }
   // The thread's worker, if any, is one of its scheduler's.
   return sched->spawn_on(ctx.self, root, promise, where);
+}
+}  // namespace
+
+task_header* spawn_on_current(std::coroutine_handle<> root, promise_base* promise,
+                              spawn_location where) {
+  // A spawn from a task on a worker: the thread's worker is one of its
+  // scheduler's.
+  thread_context const& ctx = this_thread_context_here();
+  if (worker* w = ctx.self; w != nullptr && root) [[likely]]
+    return ctx.sched->spawn_from_worker(w, root, promise, where);
+  return spawn_on_other_thread(root, promise, where);
 }
 
 void spawn_roots(scheduler* sched, spawn_root_entry const* roots, task_header** out, std::size_t n,

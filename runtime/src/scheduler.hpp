@@ -42,7 +42,23 @@ struct thread_context {
   /// The worker's trace ring when its runtime traces (trace.hpp), else null.
   trace_ring* trace = nullptr;
 };
+/// The calling thread's context. Not inlined: awaiters reach it from
+/// coroutine bodies, which may resume on another thread, and an inlined
+/// thread-local access there could be cached across the suspension.
 thread_context& this_thread_context() noexcept;
+
+/// The same context, read in place (one %fs-relative access instead of a
+/// call). Only for the library's ordinary functions that run inside no
+/// coroutine body (the spawn, poll and join-handle paths); everything else
+/// calls this_thread_context().
+// initial-exec: one %fs-relative load instead of a __tls_get_addr call
+// (libspindle is a shared library linked at start-up, not dlopen'ed late;
+// its TLS is a few hundred bytes of the static TLS block). constinit: no
+// per-access initialization check in the files that only declare it.
+[[gnu::tls_model("initial-exec")]] extern constinit thread_local thread_context t_thread_context;
+[[gnu::always_inline]] inline thread_context& this_thread_context_here() noexcept {
+  return t_thread_context;
+}
 /// Synchronous completions allowed per poll of a task.
 inline constexpr std::uint32_t sync_io_per_poll = 64;
 
@@ -62,6 +78,22 @@ class scheduler final : public core_platform {
   /// worker running the calling thread, or nullptr for any other thread.
   task_header* spawn_on(worker* w, std::coroutine_handle<> root, promise_base* promise,
                         spawn_location where);
+  /// schedule_local(w, task, false); returns `task`.
+  task_header* schedule_spawned(worker* w, task_header* task) noexcept;
+  /// spawn_on() from worker `w`'s own thread (a spawn from a task): the
+  /// common case (the site of w's last spawn, the gate open, an empty LIFO
+  /// slot) without a call or a saved register, the rest through
+  /// spawn_from_worker_slow.
+  task_header* spawn_from_worker(worker* w, std::coroutine_handle<> root, promise_base* promise,
+                                 spawn_location where);
+  /// spawn_from_worker at a site other than w's last, or with the gate
+  /// closed (refused).
+  task_header* spawn_from_worker_slow(worker* w, std::coroutine_handle<> root,
+                                      promise_base* promise, spawn_location where);
+  /// spawn_on() from a thread that is not one of this scheduler's workers:
+  /// listed, then into the global queue or (p2c) an inbox.
+  [[gnu::noinline]] task_header* spawn_from_outside(std::coroutine_handle<> root,
+                                                    promise_base* promise, spawn_location where);
   /// spawn() of roots[0..n) with one look at the gate, one queue operation
   /// and at most one wake (spawn_batch); out[i] gets roots[i]'s header.
   void spawn_batch(spawn_root_entry const* roots, task_header** out, std::size_t n,
@@ -104,6 +136,19 @@ class scheduler final : public core_platform {
 
   // Task transitions (task_harness.cpp).
   void complete(task_header* task, worker* w) noexcept;
+  /// complete() of a listed or failed task.
+  [[gnu::noinline]] void complete_general(task_header* task, worker* w) noexcept;
+  /// complete() of a task that is not listed and did not fail, which others
+  /// may reach (a join handle, a waker's reference).
+  [[gnu::noinline]] void complete_joined(task_header* task, worker* w) noexcept;
+  /// complete() of a task that is not listed (any more) and that others
+  /// may reach; `has_failed`: failed(task). Inlined into complete_general
+  /// and complete_joined.
+  void complete_shared(task_header* task, worker* w, bool has_failed) noexcept;
+  /// The task ended with an exception (not by cancellation).
+  [[nodiscard]] static bool failed(task_header* task) noexcept {
+    return !task->cancelled_before_finish && task->root_promise()->has_exception();
+  }
   /// Drops one reference; frees the frame and header at zero. Static: join
   /// handles may outlive the runtime.
   static void drop_reference(task_header* task) noexcept;

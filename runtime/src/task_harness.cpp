@@ -65,7 +65,7 @@ cancel_hook never_detached_hook{&never_detached};
 // Not inlined on purpose: awaiters call these from coroutine bodies, which may
 // resume on another thread; the thread_local must be looked up afresh.
 [[gnu::noinline]] task_header* suspend_current(std::coroutine_handle<> resume_at) noexcept {
-  task_header* task = this_thread_context().current;
+  task_header* task = this_thread_context_here().current;
   if (task != nullptr) {
     task->resume_point = resume_at;
     task->waits_on.store(wait_kind::other, std::memory_order_relaxed);
@@ -75,12 +75,12 @@ cancel_hook never_detached_hook{&never_detached};
 }
 
 [[gnu::noinline]] void yield_current() noexcept {
-  this_thread_context().yielded = true;
+  this_thread_context_here().yielded = true;
 }
 
 sync_io_grant take_sync_io_budget() noexcept {
   // The budget counts down to 1 (spent); 0 is off (scheduler.hpp).
-  thread_context& ctx = this_thread_context();
+  thread_context& ctx = this_thread_context_here();
   if (ctx.sync_io_budget > 1) {
     --ctx.sync_io_budget;
     return sync_io_grant::granted;
@@ -89,15 +89,15 @@ sync_io_grant take_sync_io_budget() noexcept {
 }
 
 [[gnu::noinline]] task_header* current_task() noexcept {
-  return this_thread_context().current;
+  return this_thread_context_here().current;
 }
 
 [[gnu::noinline]] scheduler* current_scheduler() noexcept {
-  return this_thread_context().sched;
+  return this_thread_context_here().sched;
 }
 
 [[gnu::noinline]] std::size_t current_worker_index() noexcept {
-  worker* w = this_thread_context().self;
+  worker* w = this_thread_context_here().self;
   return w != nullptr ? w->index : not_a_worker;
 }
 
@@ -106,7 +106,7 @@ void wake(task_header* task) noexcept {
 }
 
 bool run_inline(task_header* task) noexcept {
-  thread_context& ctx = this_thread_context();
+  thread_context& ctx = this_thread_context_here();
   // The task's runtime is this worker's when its id matches the one in the
   // worker's spawn stamp (fewer loads than scheduler_of).
   if (ctx.self == nullptr ||
@@ -128,14 +128,31 @@ bool join_unregister(task_header* task) noexcept {
   return task_state::clear_join_waker(task);
 }
 
+namespace {
+// join_detach of a task that is not its worker's fresh spawn: out of line,
+// so that the fresh spawn's path saves no register.
+[[gnu::noinline]] void join_detach_general(task_header* task, std::uint64_t s) noexcept {
+  // Not finished: clear the join bits and drop the handle's reference. The
+  // scheduler's reference remains until the task completes, so this one is
+  // never the last, and completion reports an exception nobody can take
+  // any more.
+  if ((s & sb::complete) == 0 && task_state::drop_join_if_running(task, s)) return;
+  // Finished: nothing races for the join bits any more.
+  if (task->unobserved) {
+    // It finished with an exception: if nobody took it, do not lose it
+    // silently (printed, and counted in runtime_stats::detached_exceptions
+    // while its runtime exists).
+    scheduler::release_unobserved(task);
+  }
+  if (task_state::drop_join_of_complete(task, s)) scheduler::free_task(task);
+}
+}  // namespace
+
 void join_detach(task_header* task) noexcept {
-  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  std::uint64_t const s = task->state.load(std::memory_order_acquire);
   if ((s & sb::complete) == 0) {
-    // Not finished (a handle dropped at once: a detached spawn): clear the
-    // join bits and drop the handle's reference. The scheduler's reference
-    // remains until the task completes, so this one is never the last, and
-    // completion reports an exception nobody can take any more.
-    if (worker* w = this_thread_context().self; w != nullptr && w->lifo.peek() == task) {
+    // Not finished (a handle dropped at once: a detached spawn).
+    if (worker* w = this_thread_context_here().self; w != nullptr && w->lifo.peek() == task) {
       // Spawned by this worker and never polled: once it is out of the LIFO
       // slot (where only a rescue of a stalled worker could take it,
       // scheduler_core::rescue_lifo) nobody else can reach the task
@@ -146,7 +163,7 @@ void join_detach(task_header* task) noexcept {
       // back in the LIFO slot after a poll (woken, or yielded when it was
       // its worker's only work), which a waker, a timer, I/O or a stop
       // callback's abort from another thread can reach, always takes the
-      // CAS below; a spawn from outside is listed at once.
+      // CAS of join_detach_general; a spawn from outside is listed at once.
       // `polled` and `listed` are read only once the task is out of the
       // slot: before that, a rescue may take it and its poll write the
       // same byte (TSan: join_detach's read against
@@ -160,16 +177,8 @@ void join_detach(task_header* task) noexcept {
         if (never_polled) return;
       }
     }
-    if (task_state::drop_join_if_running(task, s)) return;
   }
-  // Finished: nothing races for the join bits any more.
-  if (task->unobserved) {
-    // It finished with an exception: if nobody took it, do not lose it
-    // silently (printed, and counted in runtime_stats::detached_exceptions
-    // while its runtime exists).
-    scheduler::release_unobserved(task);
-  }
-  if (task_state::drop_join_of_complete(task, s)) scheduler::free_task(task);
+  join_detach_general(task, s);
 }
 
 void task_abort(task_header* task) noexcept {
@@ -251,7 +260,7 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
     cancel_task(task, w);
     return;
   }
-  thread_context& ctx = this_thread_context();
+  thread_context& ctx = this_thread_context_here();
   task_header* outer = ctx.current;  // the awaiting task when polled inline
   std::uint32_t const outer_budget = ctx.sync_io_budget;
   ctx.current = task;
@@ -382,19 +391,42 @@ void scheduler::cancel_owned(task_header* task, worker* w) noexcept {
 }
 
 void scheduler::complete(task_header* task, worker* w) noexcept {
-  bool const was_listed = task->listed;
-  // The caller holds the task (RUNNING): unlink it while nobody else can.
-  if (was_listed) owned_.remove(task);
-  // Failed: held where a join handle dropped later finds it (rare path).
-  bool const failed = !task->cancelled_before_finish && task->root_promise()->has_exception();
-  // Not listed, detached, ours the last reference: no other thread will
-  // look at it again (task_state::mark_complete_alone).
-  if (!was_listed && !failed && task_state::mark_complete_alone(task)) {
-    count_completion(w);
-    free_task(task);
-    return;
+  // The caller holds the task (RUNNING). The common cases here without a
+  // saved register, the rest out of line.
+  if (!task->listed && !failed(task)) [[likely]] {
+    // Detached, ours the last reference (every link of a chain of
+    // spawns): no other thread will look at it again
+    // (task_state::mark_complete_alone).
+    if (task_state::mark_complete_alone(task)) {
+      count_completion(w);
+      free_task(task);
+      return;
+    }
+    // Joined, no waiter registered (awaited and run inline: spawn then
+    // co_await): the join handle keeps the block.
+    if (task_state::mark_complete_dropped(task)) {
+      count_completion(w);
+      return;
+    }
+    return complete_joined(task, w);
   }
-  if (failed) hold_unobserved(task);
+  complete_general(task, w);
+}
+
+void scheduler::complete_joined(task_header* task, worker* w) noexcept {
+  complete_shared(task, w, false);
+}
+
+void scheduler::complete_general(task_header* task, worker* w) noexcept {
+  // Unlinked while nobody else can (we hold RUNNING). Failed: held where a
+  // join handle dropped later finds it (rare path).
+  if (task->listed) owned_.remove(task);
+  complete_shared(task, w, failed(task));
+}
+
+[[gnu::always_inline]] inline void scheduler::complete_shared(task_header* task, worker* w,
+                                                              bool has_failed) noexcept {
+  if (has_failed) hold_unobserved(task);
   // A join handle that holds a reference and has no waiter registered (the
   // awaiting task ran this one inline, or will look later): the scheduler's
   // reference goes in the same transition, the handle's keeps the block,
@@ -406,7 +438,7 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
     count_completion(w);
     return;
   }
-  if (failed && (prev & sb::join_interest) == 0) {
+  if (has_failed && (prev & sb::join_interest) == 0) {
     // Detached after all: nobody can take the exception.
     unhold_unobserved(task);
     report_detached_exception(task);
@@ -489,7 +521,7 @@ void scheduler::release_unobserved(task_header* task) noexcept {
 void scheduler::destroy_unfinished_tasks() noexcept {
   // Frames are destroyed in this runtime's context, so that a destructor that
   // spawns is refused (the gate is closed) instead of finding no runtime.
-  thread_context& ctx = this_thread_context();
+  thread_context& ctx = this_thread_context_here();
   thread_context saved = ctx;
   ctx = thread_context{this, nullptr, nullptr};
   while (task_header* task = owned_.pop_any()) {

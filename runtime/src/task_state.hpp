@@ -26,6 +26,8 @@
 //                     waits for the join
 //   mark_complete_alone  mark_complete without a CAS, for a task nobody else
 //                     can reach (not listed, detached, one reference)
+//   mark_complete_dropped  mark_complete's case of a join handle without a
+//                     waiter (one CAS, no struct of results)
 //   release_stale     a stale entry leaves a queue: drops CLAIMED and its
 //                     reference
 //   mark_aborted      abort(): CANCELLED on a queued or running task, or
@@ -239,6 +241,22 @@ struct completion {
   } while (!task->state.compare_exchange_weak(c.prev, next, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
   return c;
+}
+
+/// mark_complete's path for a task whose join handle holds a reference and
+/// has no waiter registered (its awaiting task ran it inline, or will look
+/// later): COMPLETE and the scheduler's reference dropped in one CAS, as
+/// mark_complete's `dropped`. True when it did; false, changing nothing,
+/// when the state is not that (mark_complete must run).
+[[nodiscard]] inline bool mark_complete_dropped(task_header* task) noexcept {
+  std::uint64_t s = task->state.load(std::memory_order_acquire);
+  while ((s & (sb::join_interest | sb::join_waker)) == sb::join_interest) {
+    if (task->state.compare_exchange_weak(s, completed(s) - sb::ref_one, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 /// mark_complete's path for a finished task that is not listed, detached,
