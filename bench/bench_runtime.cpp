@@ -7,6 +7,9 @@
 // stall 10 µs); bench/peers/tokio runs the same ones on Tokio for
 // bench/compare.py.
 //
+// chained_spawn_phases runs chained_spawn with its first and last link
+// timestamped and reports where an iteration's time goes (spindle only).
+//
 // The *_batch variants of spawn_many_* spawn the same 10,000 tasks with one
 // spawn_batch call (seed 000): one queue operation and one wake instead of
 // 10,000. The runtime reads SPINDLE_PLACEMENT=global|p2c (runtime_config::
@@ -441,6 +444,59 @@ void chained_spawn(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 1000);
 }
 
+// chained_spawn_phases: chained_spawn with the first and the last link
+// timestamped, to split an iteration into its phases (not a compared row:
+// the two clock reads are the peers' extra). Counters, means in us per
+// iteration: `to_first_link_us` (from the spawn to the first link's start:
+// the wake-up of a worker), `chain_us` (first link to last), `to_waiter_us`
+// (from the last link's signal until the measuring thread returned from
+// its wait), and `slow_wakes` (the share of to_waiter above 8 us: the
+// measuring thread woken on an idle CPU).
+struct chain_marks {
+  std::chrono::steady_clock::time_point first;
+  std::chrono::steady_clock::time_point last;
+};
+
+task<void> marked_link(int left, done_signal* done, chain_marks* marks, bool first) {
+  if (first) marks->first = std::chrono::steady_clock::now();
+  if (left == 0) {
+    marks->last = std::chrono::steady_clock::now();
+    done->set();
+  } else {
+    static_cast<void>(spindle::spawn(marked_link(left - 1, done, marks, false)));
+  }
+  co_return;
+}
+
+void chained_spawn_phases(benchmark::State& state) {
+  runtime rt{{.workers = workers_arg(state)}};
+  done_signal done;
+  chain_marks marks;
+  double to_first = 0;
+  double chain = 0;
+  double to_waiter = 0;
+  double slow = 0;
+  auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  for (auto _ : state) {
+    done.reset();
+    auto const start = std::chrono::steady_clock::now();
+    static_cast<void>(rt.spawn(marked_link(1000, &done, &marks, true)));
+    done.wait();
+    auto const end = std::chrono::steady_clock::now();
+    to_first += us(marks.first - start);
+    chain += us(marks.last - marks.first);
+    double const back = us(end - marks.last);
+    to_waiter += back;
+    if (back > 8.0) slow += 1;
+  }
+  auto const n = static_cast<double>(state.iterations());
+  state.counters["to_first_link_us"] = to_first / n;
+  state.counters["chain_us"] = chain / n;
+  state.counters["to_waiter_us"] = to_waiter / n;
+  state.counters["slow_wakes"] = slow / n;
+  state.SetItemsProcessed(state.iterations() * 1000);
+}
+
 // spawn_await: from a worker, 100,000 x (spawn a trivial task, await it).
 // `allocs_per_pair` counts heap allocations per pair after 1,000 pairs.
 constexpr int spawn_await_pairs = 100'000;
@@ -622,6 +678,7 @@ void register_all() {
       {"yield_many", yield_many, benchmark::kMillisecond},
       {"ping_pong", ping_pong, benchmark::kMicrosecond},
       {"chained_spawn", chained_spawn, benchmark::kMicrosecond},
+      {"chained_spawn_phases", chained_spawn_phases, benchmark::kMicrosecond},
       {"spawn_await", spawn_await, benchmark::kMillisecond},
   };
   std::vector<int> workers = worker_counts();
