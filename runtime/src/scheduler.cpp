@@ -207,6 +207,19 @@ std::uint64_t spawn_stamp(worker const* w, std::uint16_t runtime_id) noexcept {
   return sb::fixed_fields(runtime_id, spawn_time_of(coarse_now_ns()));
 }
 
+// A root spawned by worker `w` on its thread: its header filled in and its
+// state stamped with the tick's fixed fields (spawn_stamp), not yet queued.
+[[gnu::always_inline]] inline task_header* init_worker_root(worker const* w,
+                                                            std::coroutine_handle<> root,
+                                                            promise_base* promise,
+                                                            std::uint32_t spawn_site) noexcept {
+  task_header* task = task_header::of_frame(root.address());
+  init_root(task, root, promise, spawn_site);
+  task->state.store(w->spawn_stamp | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
+                    std::memory_order_relaxed);
+  return task;
+}
+
 // A root the closed gate refused: the caller's handle gets a cancelled task.
 // The state goes first: it makes the block the header's, so destroying the
 // frame leaves the block to the handle.
@@ -376,10 +389,7 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
     worker* w, std::coroutine_handle<> root, promise_base* promise, spawn_location where) {
   if (spawn_site_key(where) != w->last_site_key || owned_.closed()) [[unlikely]]
     return spawn_from_worker_slow(w, root, promise, where);
-  task_header* task = task_header::of_frame(root.address());
-  init_root(task, root, promise, w->last_site_id);
-  task->state.store(w->spawn_stamp | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
-                    std::memory_order_relaxed);
+  task_header* task = init_worker_root(w, root, promise, w->last_site_id);
   w->counters.spawned.add();
   if (core_.schedule_into_empty_slot(w, task)) return task;
   return schedule_spawned(w, task);
@@ -392,10 +402,7 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   // The worker's site cache holds this spawn's site from here on.
   std::uint32_t const site = site_id_for(w, where);
   if (owned_.closed()) {
-    task_header* task = task_header::of_frame(root.address());
-    init_root(task, root, promise, site);
-    task->state.store(w->spawn_stamp | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
-                      std::memory_order_relaxed);
+    task_header* task = init_worker_root(w, root, promise, site);
     refuse_root(task, root);  // refused atomically
     return task;
   }
