@@ -414,8 +414,8 @@ task_header* scheduler::spawn(std::coroutine_handle<> root, promise_base* promis
   return task;
 }
 
-// Inlined into spawn() and spawn_on_current()'s other threads: a spawn makes
-// one call into the library and reads the thread's context once.
+// Inlined into spawn(): a spawn makes one call into the library and reads
+// the thread's context once.
 [[gnu::always_inline]] inline task_header* scheduler::spawn_on(worker* w,
                                                                std::coroutine_handle<> root,
                                                                promise_base* promise,
@@ -457,7 +457,7 @@ task_header* scheduler::spawn_from_outside(std::coroutine_handle<> root, promise
 void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, std::size_t n,
                             spawn_location where) {
   if (n == 0) return;
-  thread_context& ctx = this_thread_context();
+  thread_context& ctx = this_thread_context_here();
   worker* w = ctx.sched == this ? ctx.self : nullptr;
   // As spawn() does for each, with one site and one time for the batch.
   std::uint32_t const site = site_id_for(w, where);
@@ -696,8 +696,8 @@ namespace {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "spindle: spawn of an empty task");
   }
-  // The thread's worker, if any, is one of its scheduler's.
-  return sched->spawn_on(ctx.self, root, promise, where);
+  // Not a worker's thread (spawn_on_current took those with a task).
+  return sched->spawn_from_outside(root, promise, where);
 }
 }  // namespace
 
