@@ -11,6 +11,7 @@
 #include <coroutine>
 #include <exception>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -248,6 +249,76 @@ TEST(Task, ExceptionCanBeCaughtInsideAndNonStdTypesWork) {
   outcome<void> out = sync_run(throws_int());
   ASSERT_NE(out.error, nullptr);
   EXPECT_THROW(std::rethrow_exception(out.error), int);
+}
+
+// ---------------------------------------------------------------------------
+// A failure with no memory left for its box (promise_base: the task then
+// reports std::bad_alloc, with its continuation kept)
+
+// The size of promise_base's failure box: a continuation and an exception.
+constexpr std::size_t failure_box_bytes =
+    sizeof(std::coroutine_handle<>) + sizeof(std::exception_ptr);
+
+task<int> fails_with_no_memory_for_its_box(int depth, counts* c) {
+  tracked local(*c);
+  if (depth == 0) {
+    // The box for this failure is the calling thread's next allocation of
+    // its size: it throws std::bad_alloc.
+    spindle::detail::frame_pool_fail_next_allocation(failure_box_bytes);
+    throw custom_error(17);
+  }
+  int v = co_await fails_with_no_memory_for_its_box(depth - 1, c);
+  co_return v + 1;  // never reached
+}
+
+task<int> recovers_from_bad_alloc(counts* c) {
+  try {
+    co_return co_await fails_with_no_memory_for_its_box(2, c);
+  } catch (std::bad_alloc const&) {
+    co_return -1;
+  }
+}
+
+TEST(Task, AFailureWithNoMemoryForItsBoxReportsBadAllocToItsCaller) {
+  counts c;
+  outcome<int> out = sync_run(fails_with_no_memory_for_its_box(3, &c));
+  ASSERT_NE(out.error, nullptr);
+  EXPECT_THROW(std::rethrow_exception(out.error), std::bad_alloc)
+      << "the task's own exception, so its box was allocated after all";
+  EXPECT_EQ(c.constructed.load(), 4);
+  EXPECT_EQ(c.alive(), 0) << "locals of the unwound frames were not destroyed";
+  // The continuation was kept: the caller catches it and goes on (sync_run
+  // also checks that the chain finished).
+  EXPECT_EQ(sync_run(recovers_from_bad_alloc(&c)).value, -1);
+  EXPECT_EQ(c.alive(), 0);
+  // The hook is spent: the next failure keeps its own exception.
+  outcome<int> again = sync_run(throws_at_depth(1, &c));
+  EXPECT_THROW(std::rethrow_exception(again.error), custom_error);
+}
+
+task<long> nested_in_runtime(int depth);
+
+task<int> spawned_fails_with_no_memory_for_its_box() {
+  spindle::detail::frame_pool_fail_next_allocation(failure_box_bytes);
+  throw custom_error(17);
+  co_return 0;
+}
+
+task<int> joins_a_task_that_lost_its_exception() {
+  spindle::join_handle<int> h = spindle::spawn(spawned_fails_with_no_memory_for_its_box());
+  try {
+    co_return co_await h;
+  } catch (std::bad_alloc const&) {
+    co_return -1;
+  }
+}
+
+TEST(Task, ASpawnedTaskWithNoMemoryForItsBoxReportsBadAllocThroughItsJoinHandle) {
+  spindle::runtime rt{{.workers = 2}};
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(rt.block_on(joins_a_task_that_lost_its_exception()), -1) << "round " << i;
+  // The runtime goes on.
+  EXPECT_EQ(rt.block_on(nested_in_runtime(1'000)), 1'000);
 }
 
 // ---------------------------------------------------------------------------

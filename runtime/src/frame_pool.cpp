@@ -299,6 +299,9 @@ struct thread_pool {
   std::array<std::uint32_t, class_count> counts;    // blocks + 1 (0: see above)
   std::array<carve_state, carved_classes> carving;  // by carve_index
   frame_pool_counters counters;
+  // frame_pool_fail_next_allocation's class + 1 (0: none): allocate_slow's
+  // next allocation of that class throws std::bad_alloc.
+  std::size_t fail_class_plus_one;
   bool reaper_registered;
   bool destroyed;  // thread_local destructors of later objects may still free frames
 
@@ -402,6 +405,10 @@ struct pool_reaper {
   std::size_t const cls = class_of(bytes);
   if (cls >= class_count) return ::operator new(bytes);
   thread_pool& pool = local_pool();
+  if (pool.fail_class_plus_one == cls + 1) [[unlikely]] {
+    pool.fail_class_plus_one = 0;
+    throw std::bad_alloc();
+  }
   if (pool.heads[cls] == nullptr) {
     if (pool.destroyed)
       return carved_class(cls) ? carve_alone(cls) : ::operator new(class_size(cls));
@@ -579,6 +586,22 @@ frame_pool_slab_counters frame_pool_slabs() noexcept {
 
 std::size_t frame_pool_depot_capacity() noexcept {
   return depot_capacity_bytes;
+}
+
+void frame_pool_fail_next_allocation(std::size_t bytes) noexcept {
+  std::size_t const cls = class_of(bytes);
+  if (bytes == 0 || cls >= class_count) return;
+  thread_pool& pool = local_pool();
+  free_block* head = pool.heads[cls];
+  pool.heads[cls] = nullptr;
+  // counts is blocks + 1, or 0 without a reaper or once destroyed (kept).
+  if (pool.counts[cls] != 0) pool.counts[cls] = 1;
+  while (head != nullptr) {
+    free_block* next = head->next;
+    release_block(head, cls);
+    head = next;
+  }
+  pool.fail_class_plus_one = cls + 1;
 }
 
 void frame_pool_release_depot() noexcept {

@@ -113,4 +113,13 @@ struct frame_pool_slab_counters {
 /// ::operator delete; the threads' own lists are kept). Thread-safe.
 void frame_pool_release_depot() noexcept;
 
+/// Fault injection, for tests of the paths that run when memory runs out:
+/// gives the calling thread's free list of `bytes`-byte blocks back to the
+/// system, and makes the thread's next allocation of that size that the
+/// list cannot serve (the next one, unless the thread frees a block of that
+/// size first) throw std::bad_alloc. One allocation only; the hook clears
+/// itself. A size the pools do not serve (0, or above 4096 bytes) is
+/// ignored. Affects the calling thread alone.
+void frame_pool_fail_next_allocation(std::size_t bytes) noexcept;
+
 }  // namespace spindle::detail
