@@ -554,4 +554,43 @@ TEST(Join, ManyHandlesAwaitedInAnyOrder) {
   EXPECT_EQ(rt.block_on(outer()), 999 * 1000 / 2);
 }
 
+// A handle dropped on a thread that is not a worker lets go of its task
+// whichever way it finds it: still queued or running (an RMW, and the
+// completion frees the task) or finished (the handle's is the last
+// reference, and the drop frees the task with no RMW: task_state::
+// drop_join_of_complete). Each frame holds a string the task filled with
+// plain writes, freed with the frame: under TSan the free must come after
+// the writes, under ASan the block is freed once, and every frame is
+// destroyed exactly once. The dropping thread learns that the bodies ended
+// from a relaxed counter, so that nothing but the drop itself orders the
+// free after the writes (is_finished() would).
+task<std::size_t> fills(std::string text, tracked /*counted*/, std::size_t n,
+                        std::atomic<std::size_t>* ended) {
+  text.assign(n, 'x');
+  ended->fetch_add(1, std::memory_order_relaxed);
+  co_return text.size();
+}
+
+TEST(Join, AHandleDroppedOnAnotherThreadFreesItsTaskOnceWhetherRunningOrFinished) {
+  counts c;
+  {
+    spindle::runtime rt{{.workers = 2}};
+    for (int round = 0; round < 50; ++round) {
+      std::atomic<std::size_t> ended{0};
+      std::vector<join_handle<std::size_t>> hs;
+      for (std::size_t i = 0; i < 200; ++i)
+        hs.push_back(rt.spawn(fills(std::string(), tracked(c), 64 + i, &ended)));
+      // Every other handle goes at once, mostly before its task finished.
+      for (std::size_t i = 1; i < hs.size(); i += 2)
+        hs[i] = join_handle<std::size_t>{};
+      // The rest once every body has ended, from another thread.
+      while (ended.load(std::memory_order_relaxed) != hs.size())
+        std::this_thread::yield();
+      std::thread([&hs] { hs.clear(); }).join();
+    }
+  }
+  EXPECT_GT(c.constructed.load(), 0);
+  EXPECT_EQ(c.alive(), 0) << "a frame destroyed twice, or never";
+}
+
 }  // namespace

@@ -430,9 +430,22 @@ inline constexpr std::uint64_t join_bits = sb::join_interest | sb::join_waker;
 }
 
 /// A join handle lets go of a completed task (`s`: a state seen with
-/// COMPLETE): clears the join bits and drops its reference in one RMW.
-/// True when that was the last reference (the caller frees the task).
+/// COMPLETE, by an acquire load or RMW): clears the join bits and drops its
+/// reference in one RMW. True when that was the last reference (the caller
+/// frees the task).
 [[nodiscard]] inline bool drop_join_of_complete(task_header* task, std::uint64_t s) noexcept {
+  // The handle's reference is the only one left (the scheduler's went at
+  // completion, and no waker or queue entry holds one): nobody else can
+  // take a reference, read or write the state any more, so `s` is its last
+  // value and the task is freed without an RMW. The acquire that saw `s`
+  // read the last reference drop of every other holder (RMWs all, one
+  // release sequence), so their writes happen before the free. A locked
+  // RMW waits for its line: a thread dropping many handles whose tasks
+  // completed on other workers paid a transfer per handle, one at a time
+  // (`spawn_many_remote_idle`'s handles, dropped by the spawning thread).
+  // Design source: libstdc++'s shared_ptr release, which checks for a
+  // last owner with a plain load before its atomic decrement.
+  if (sb::refs(s) == 1) return true;
   while (!task->state.compare_exchange_weak(s, (s & ~join_bits) - sb::ref_one,
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
   }
