@@ -244,7 +244,10 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // claim fails.
   bool const from_lifo = w->lifo.take_if(task);
   std::uint64_t next = 0;
-  if (!task_state::claim_for_inline(task, from_lifo, next)) {
+  if (from_lifo && task_state::claim_fresh_for_inline(task, next)) {
+    // Spawned by this worker and never polled: nobody else can write the
+    // state (see claim_fresh_for_inline).
+  } else if (!task_state::claim_for_inline(task, from_lifo, next)) {
     if (from_lifo) w->lifo.put(task);
     return false;
   }

@@ -15,6 +15,9 @@
 //   claim_for_inline  a task awaiting a queued one polls it inline: SCHEDULED
 //                     -> RUNNING, leaving a stale entry (CLAIMED, one
 //                     reference) unless it came out of the caller's LIFO slot
+//   claim_fresh_for_inline  claim_for_inline without a CAS, for a task out of
+//                     the caller's LIFO slot that nobody else can reach
+//                     (never polled, not listed)
 //   take_entry_alone  take_entry without a CAS, for a task nobody else can
 //                     write to (detached, one reference, never polled)
 //   finish_poll       a poll ended with the task suspended: RUNNING -> idle,
@@ -147,6 +150,28 @@ enum class entry_action : std::uint8_t {
       return true;
     }
   }
+}
+
+/// claim_for_inline without a CAS, for a task the caller has just taken
+/// out of its own LIFO slot that was never polled and is not listed: its
+/// spawn there by this worker, its join handle held by the caller (the
+/// awaiting task), and nothing else can reach it. Nothing can wake it (no
+/// poll has handed out a waker), abort it (only through its join handle) or
+/// stop it (a stop callback is registered by the first poll); no entry is
+/// left in a queue, and shutdown finds it only through the queues and the
+/// owned lists. join_detach's fast path rests on the same facts. `polled`
+/// and `listed` are read only once the task is out of the slot, where a
+/// rescue could have taken it and its poll written the same byte. On true,
+/// `next` is the new state (RUNNING held); false, changing nothing, when
+/// claim_for_inline must run.
+[[nodiscard]] inline bool claim_fresh_for_inline(task_header* task, std::uint64_t& next) noexcept {
+  std::uint64_t const s = task->state.load(std::memory_order_relaxed);
+  constexpr std::uint64_t mask =
+      sb::scheduled | sb::running | sb::complete | sb::cancelled | sb::claimed;
+  if ((s & mask) != sb::scheduled || task->polled || task->listed) return false;
+  next = (s & ~sb::scheduled) | sb::running;
+  task->state.store(next, std::memory_order_relaxed);
+  return true;
 }
 
 /// How a poll that did not complete its task ended.
