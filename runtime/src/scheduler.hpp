@@ -136,6 +136,8 @@ class scheduler final : public core_platform {
 
   // Task transitions (task_harness.cpp).
   void complete(task_header* task, worker* w) noexcept;
+  /// complete() of a task claimed by claim_fresh_for_inline.
+  void complete_fresh_inline(task_header* task, worker* w) noexcept;
   /// complete() of a listed or failed task.
   [[gnu::noinline]] void complete_general(task_header* task, worker* w) noexcept;
   /// complete() of a task that is not listed and did not fail, which others
@@ -202,6 +204,9 @@ class scheduler final : public core_platform {
   [[gnu::noinline, gnu::cold]] static void resume_traced(task_header* task,
                                                          trace_ring* trace) noexcept;
   /// Polls a task whose RUNNING bit the caller set (state `s` then).
+  /// `FreshInline`: poll_inline claimed it with claim_fresh_for_inline (its
+  /// join handle's holder is the caller, waiting on this thread).
+  template <bool FreshInline = false>
   void poll_held(worker* w, task_header* task, std::uint64_t s) noexcept;
   /// At shutdown, after the workers stopped: empties the queues, dropping
   /// the references of stale (CLAIMED) entries and listing the live entries'

@@ -244,20 +244,25 @@ bool scheduler::poll_inline(worker* w, task_header* task) noexcept {
   // claim fails.
   bool const from_lifo = w->lifo.take_if(task);
   std::uint64_t next = 0;
-  if (from_lifo && task_state::claim_fresh_for_inline(task, next)) {
-    // Spawned by this worker and never polled: nobody else can write the
-    // state (see claim_fresh_for_inline).
-  } else if (!task_state::claim_for_inline(task, from_lifo, next)) {
+  // Spawned by this worker and never polled: nobody else can write the
+  // state (see claim_fresh_for_inline).
+  bool const fresh = from_lifo && task_state::claim_fresh_for_inline(task, next);
+  if (!fresh && !task_state::claim_for_inline(task, from_lifo, next)) {
     if (from_lifo) w->lifo.put(task);
     return false;
   }
   w->counters.inline_polls.add();
   ++w->inline_depth;
-  poll_held(w, task, next);
+  if (fresh) {
+    poll_held<true>(w, task, next);
+  } else {
+    poll_held(w, task, next);
+  }
   --w->inline_depth;
   return task_is_complete(task);
 }
 
+template <bool FreshInline>
 void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcept {
   if ((s & sb::cancelled) != 0) {
     cancel_task(task, w);
@@ -285,7 +290,11 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   }
 
   if (task->frame().done()) {
-    complete(task, w);
+    if constexpr (FreshInline) {
+      complete_fresh_inline(task, w);
+    } else {
+      complete(task, w);
+    }
     return;
   }
   // About to be suspended with no queue holding it: from here on only its
@@ -414,6 +423,17 @@ void scheduler::complete(task_header* task, worker* w) noexcept {
     return complete_joined(task, w);
   }
   complete_general(task, w);
+}
+
+void scheduler::complete_fresh_inline(task_header* task, worker* w) noexcept {
+  // Its first poll finished it, run inline by the task that holds its join
+  // handle and waits on this thread: the handle does nothing meanwhile
+  // (task_state::mark_complete_inline_alone).
+  if (!task->listed && !failed(task) && task_state::mark_complete_inline_alone(task)) [[likely]] {
+    count_completion(w);
+    return;
+  }
+  complete(task, w);
 }
 
 void scheduler::complete_joined(task_header* task, worker* w) noexcept {

@@ -31,6 +31,9 @@
 //                     can reach (not listed, detached, one reference)
 //   mark_complete_dropped  mark_complete's case of a join handle without a
 //                     waiter (one CAS, no struct of results)
+//   mark_complete_inline_alone  mark_complete_dropped without a CAS, for a
+//                     task claim_fresh_for_inline claimed and its first
+//                     poll finished
 //   release_stale     a stale entry leaves a queue: drops CLAIMED and its
 //                     reference
 //   mark_aborted      abort(): CANCELLED on a queued or running task, or
@@ -300,6 +303,26 @@ struct completion {
   std::uint64_t const s = task->state.load(std::memory_order_acquire);
   if ((s & sb::join_interest) != 0 || sb::refs(s) != 1) return false;
   task->state.store(completed(s) - sb::ref_one, std::memory_order_relaxed);
+  return true;
+}
+
+/// mark_complete_dropped without a CAS, for a task that claim_fresh_for_inline
+/// claimed and whose first poll finished it, not listed and not failed:
+/// its join handle's holder is the task that polled it inline, waiting on
+/// this thread, so the handle registers no waiter and lets go of nothing
+/// meanwhile. With two references (the handle's and the scheduler's) no
+/// one else holds one, and none can be taken without one. The writers
+/// without a reference, a late waker and a stop callback's abort, do not
+/// matter, as for mark_complete_alone. COMPLETE, and the scheduler's
+/// reference dropped (the handle's keeps the block): true. False, changing
+/// nothing, when mark_complete must run (references a poll handed out are
+/// still held, or a waiter is registered).
+[[nodiscard]] inline bool mark_complete_inline_alone(task_header* task) noexcept {
+  std::uint64_t const s = task->state.load(std::memory_order_acquire);
+  if ((s & (sb::join_interest | sb::join_waker)) != sb::join_interest || sb::refs(s) != 2) {
+    return false;
+  }
+  task->state.store(completed(s) - sb::ref_one, std::memory_order_release);
   return true;
 }
 
