@@ -5,8 +5,9 @@
 // push_remote, notify_parked, after_tick's tiered idle, begin_park,
 // begin_wakeup/finish_wakeup, end_tick, with the real run queues, global
 // queue and idle state) and the production task transitions
-// (task_state.hpp: take_entry, claim_for_inline, finish_poll, mark_woken,
-// mark_complete, and release_if_stale) are driven from one thread by N
+// (task_state.hpp: take_entry, claim_for_inline, claim_fresh_for_inline,
+// finish_poll, mark_woken, mark_complete, mark_complete_inline_alone, and
+// release_if_stale) are driven from one thread by N
 // virtual workers, on real task headers whose state word starts as a spawn
 // sets it. A seeded RNG interleaves their steps with external spawns,
 // external wake-ups (of suspended tasks, of tasks being polled: NOTIFIED
@@ -192,11 +193,13 @@ struct vworker {
 struct sim_result {
   std::uint64_t steps = 0, tasks = 0, runs = 0, steals = 0, parks = 0, overflows = 0, unparks = 0;
   // State-machine paths the seeds reached.
-  std::uint64_t notified_requeues = 0;  // woken while RUNNING, re-queued at the poll's end
-  std::uint64_t inline_claims = 0;      // claimed by an awaiting task (stale entry left)
-  std::uint64_t stale_released = 0;     // a stale entry popped and released
-  std::uint64_t turned_live = 0;        // a wake turned a stale entry live
-  std::uint64_t spins = 0;              // empty ticks that spun or yielded (tiered idle)
+  std::uint64_t notified_requeues = 0;         // woken while RUNNING, re-queued at the poll's end
+  std::uint64_t inline_claims = 0;             // claimed by an awaiting task (stale entry left)
+  std::uint64_t fresh_inline_claims = 0;       // out of the LIFO slot, never polled: plain store
+  std::uint64_t fresh_inline_completions = 0;  // ... and finished by that poll: plain store
+  std::uint64_t stale_released = 0;            // a stale entry popped and released
+  std::uint64_t turned_live = 0;               // a wake turned a stale entry live
+  std::uint64_t spins = 0;                     // empty ticks that spun or yielded (tiered idle)
   // Stealing: steal operations, victims probed, stolen per level of the
   // victim order, LIFO tasks rescued, the most searchers seen at once.
   std::uint64_t steal_ops = 0, probes = 0, rescues = 0, max_searching = 0;
@@ -223,6 +226,8 @@ struct sim_result {
                                 {&unparks, r.unparks},
                                 {&notified_requeues, r.notified_requeues},
                                 {&inline_claims, r.inline_claims},
+                                {&fresh_inline_claims, r.fresh_inline_claims},
+                                {&fresh_inline_completions, r.fresh_inline_completions},
                                 {&stale_released, r.stale_released},
                                 {&turned_live, r.turned_live},
                                 {&spins, r.spins},
@@ -553,6 +558,7 @@ class simulation {
     st.in_poll = true;
     st.wake_pending = false;
     ++st.polls;
+    t->polled = true;  // as scheduler::poll_held sets it
     SIM_TRACE("worker " + std::to_string(w->index) + " polls " + std::to_string(i));
     run_fiber(w, i);
     body(w, draining, /*nested=*/false);
@@ -600,37 +606,57 @@ class simulation {
     if (!nested && next_unused_ != 0 && rng_.below(5) == 0) {
       std::size_t j = rng_.below(static_cast<std::uint32_t>(next_unused_));
       task_header* c = fakes_[j];
-      bool const from_lifo = w->lifo.peek() == c;
+      // As scheduler::poll_inline: out of the LIFO slot first; a spawn
+      // there that was never polled is claimed with a plain store.
+      bool const from_lifo = !tasks_[j].in_poll && w->lifo.peek() == c && w->lifo.take_if(c);
       std::uint64_t next = 0;
-      if (!tasks_[j].in_poll && ts::claim_for_inline(c, from_lifo, next)) {
-        if (from_lifo) static_cast<void>(w->lifo.take_if(c));
+      bool const fresh = from_lifo && ts::claim_fresh_for_inline(c, next);
+      if (!tasks_[j].in_poll && (fresh || ts::claim_for_inline(c, from_lifo, next))) {
         if (!from_lifo) ++result_.inline_claims;
+        if (fresh) ++result_.fresh_inline_claims;
         SIM_TRACE("inline poll of " + std::to_string(j) +
-                  (from_lifo ? " (LIFO slot)" : " (claimed)"));
+                  (fresh       ? " (LIFO slot, fresh)"
+                   : from_lifo ? " (LIFO slot)"
+                               : " (claimed)"));
         sim_task& sc = tasks_[j];
         sc.in_poll = true;
         sc.wake_pending = false;
         ++sc.polls;
+        c->polled = true;
         run_fiber(w, j);
         body(w, draining, /*nested=*/true);
-        end_poll(w, c, draining);
+        end_poll(w, c, draining, fresh);
+      } else if (from_lifo) {
+        w->lifo.put(c);
       }
     }
   }
 
   /// The end of a poll: the task finishes, yields or suspends, through the
   /// real transitions (scheduler::complete, poll_held).
-  void end_poll(worker* w, task_header* t, bool draining) {
+  /// `fresh`: an inline poll that claim_fresh_for_inline claimed (its
+  /// completion is mark_complete_inline_alone's, as scheduler's).
+  void end_poll(worker* w, task_header* t, bool draining, bool fresh = false) {
     w->counters.polled.add();  // as scheduler::poll_held counts it
     std::size_t i = fakes_.index(t);
     sim_task& st = tasks_[i];
     std::uint32_t r = rng_.below(10);
     if (r < 4 || (draining && r < 8)) {
       if (t->listed) owned_.remove(t);
-      ts::completion const c = ts::mark_complete(t);
-      // The join handle (kept by the simulation) holds a reference and no
-      // waiter: the scheduler's reference goes in the same transition.
-      if (!c.dropped || c.last) fail("completion of " + std::to_string(i) + " kept its reference");
+      if (fresh) {
+        // Never listed, no stale entry: the plain store must apply.
+        if (!ts::mark_complete_inline_alone(t)) {
+          fail("fresh inline completion of " + std::to_string(i) + " refused");
+        }
+        ++result_.fresh_inline_completions;
+      } else {
+        ts::completion const c = ts::mark_complete(t);
+        // The join handle (kept by the simulation) holds a reference and
+        // no waiter: the scheduler's reference goes in the same transition.
+        if (!c.dropped || c.last) {
+          fail("completion of " + std::to_string(i) + " kept its reference");
+        }
+      }
       st.done = true;
       st.in_poll = false;
       end_fiber(i);
@@ -908,16 +934,21 @@ TEST(Simulation, ThousandsOfSeedsKeepEveryInvariant) {
       static_cast<unsigned long long>(total.unparks),
       static_cast<unsigned long long>(total.overflows));
   std::printf(
-      "state machine: %llu re-queued after a wake while running, %llu inline claims, %llu stale "
-      "entries released, %llu turned live; %llu idle spins or yields\n",
+      "state machine: %llu re-queued after a wake while running, %llu inline claims (and %llu "
+      "fresh ones from the LIFO slot, %llu finished by that poll), %llu stale entries released, "
+      "%llu turned live; %llu idle spins or yields\n",
       static_cast<unsigned long long>(total.notified_requeues),
       static_cast<unsigned long long>(total.inline_claims),
+      static_cast<unsigned long long>(total.fresh_inline_claims),
+      static_cast<unsigned long long>(total.fresh_inline_completions),
       static_cast<unsigned long long>(total.stale_released),
       static_cast<unsigned long long>(total.turned_live),
       static_cast<unsigned long long>(total.spins));
   EXPECT_GT(total.overflows, 0u) << "the seeds never overflowed a ring";
   EXPECT_GT(total.notified_requeues, 0u) << "no task was woken while running";
   EXPECT_GT(total.inline_claims, 0u) << "no task was claimed for an inline poll";
+  EXPECT_GT(total.fresh_inline_completions, 0u)
+      << "no fresh spawn was claimed from the LIFO slot and finished inline";
   EXPECT_GT(total.stale_released, 0u) << "no stale entry was released";
   EXPECT_GT(total.turned_live, 0u) << "no wake turned a stale entry live";
   EXPECT_GT(total.steals, 0u) << "the seeds never stole";
@@ -1011,6 +1042,7 @@ TEST(Simulation, ASeedReplaysExactly) {
       EXPECT_EQ(a.parks, b.parks);
       EXPECT_EQ(a.unparks, b.unparks);
       EXPECT_EQ(a.inline_claims, b.inline_claims);
+      EXPECT_EQ(a.fresh_inline_claims, b.fresh_inline_claims);
       EXPECT_EQ(a.stale_released, b.stale_released);
       EXPECT_EQ(a.fibers, b.fibers);
       EXPECT_EQ(a.fiber_switches, b.fiber_switches);
