@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <coroutine>
+#include <exception>
+#include <new>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "runtime_test_support.hpp"
+#include "spindle/detail/frame_pool.hpp"
 #include "spindle/errors.hpp"
 #include "spindle/join_handle.hpp"
 #include "spindle/runtime.hpp"
@@ -111,6 +115,45 @@ TEST(TaskGroup, FirstExceptionAbortsSiblingsAndIsRethrownAtJoin) {
       co_return -1;
     };
     EXPECT_EQ(rt.block_on(outer(&c)), 5) << workers << " workers";
+  }
+}
+
+// A child that fails with no memory left for its exception's box
+// (promise_base: it then reports std::bad_alloc, detail::
+// frame_pool_fail_next_allocation makes that allocation fail): the group
+// sees a failure all the same, aborts the siblings and rethrows
+// std::bad_alloc at join.
+task<void> fails_with_no_memory_for_its_box(int yields) {
+  for (int i = 0; i < yields; ++i)
+    co_await spindle::yield_now{};
+  // The box (a continuation and an exception_ptr) is this thread's next
+  // allocation of its size: no suspension comes between.
+  spindle::detail::frame_pool_fail_next_allocation(sizeof(std::coroutine_handle<>) +
+                                                   sizeof(std::exception_ptr));
+  throw custom_error(5);
+}
+
+TEST(TaskGroup, AChildWithNoMemoryForItsExceptionFailsTheGroupWithBadAlloc) {
+  for (std::size_t workers : {1u, 4u}) {
+    spindle::runtime rt{{.workers = workers}};
+    counts c;
+    auto outer = [](counts* cp) -> task<int> {
+      task_group g;
+      for (int i = 0; i < 20; ++i)
+        g.spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
+      g.spawn(fails_with_no_memory_for_its_box(3));
+      try {
+        co_await g.join();
+      } catch (std::bad_alloc const&) {
+        EXPECT_EQ(cp->alive(), 0);
+        EXPECT_EQ(g.size(), 0u);
+        co_return 1;
+      } catch (custom_error const&) {
+        co_return -2;  // its box was allocated after all
+      }
+      co_return -1;
+    };
+    EXPECT_EQ(rt.block_on(outer(&c)), 1) << workers << " workers";
   }
 }
 
