@@ -95,26 +95,37 @@ TEST(TaskGroup, EmptyJoinReturnsAtOnce) {
   EXPECT_EQ(rt.block_on(outer()), 1);
 }
 
+/// What join() rethrew in a group of 20 children that park or spin and one
+/// `failing` child (nullptr when it threw nothing). Checks that every
+/// sibling was aborted and its frame destroyed by then.
+task<std::exception_ptr> join_with_failing_child(task<void> failing, counts* c) {
+  task_group g;
+  for (int i = 0; i < 20; ++i)
+    g.spawn(i % 2 == 0 ? park_forever(c) : spin_forever(c));
+  g.spawn(std::move(failing));
+  try {
+    co_await g.join();
+  } catch (...) {
+    EXPECT_EQ(c->alive(), 0);
+    EXPECT_EQ(g.size(), 0u);
+    co_return std::current_exception();
+  }
+  co_return nullptr;
+}
+
 TEST(TaskGroup, FirstExceptionAbortsSiblingsAndIsRethrownAtJoin) {
   for (std::size_t workers : {1u, 4u}) {
     spindle::runtime rt{{.workers = workers}};
     counts c;
-    auto outer = [](counts* cp) -> task<int> {
-      task_group g;
-      for (int i = 0; i < 20; ++i)
-        g.spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
-      g.spawn(throw_after_yields(5, 3));
-      try {
-        co_await g.join();
-      } catch (custom_error const& e) {
-        // Every sibling is aborted and its frame destroyed by now.
-        EXPECT_EQ(cp->alive(), 0);
-        EXPECT_EQ(g.size(), 0u);
-        co_return e.code;
-      }
-      co_return -1;
-    };
-    EXPECT_EQ(rt.block_on(outer(&c)), 5) << workers << " workers";
+    std::exception_ptr e = rt.block_on(join_with_failing_child(throw_after_yields(5, 3), &c));
+    ASSERT_NE(e, nullptr) << workers << " workers";
+    try {
+      std::rethrow_exception(e);
+    } catch (custom_error const& x) {
+      EXPECT_EQ(x.code, 5) << workers << " workers";
+    } catch (...) {
+      ADD_FAILURE() << "not the child's exception, " << workers << " workers";
+    }
   }
 }
 
@@ -137,23 +148,11 @@ TEST(TaskGroup, AChildWithNoMemoryForItsExceptionFailsTheGroupWithBadAlloc) {
   for (std::size_t workers : {1u, 4u}) {
     spindle::runtime rt{{.workers = workers}};
     counts c;
-    auto outer = [](counts* cp) -> task<int> {
-      task_group g;
-      for (int i = 0; i < 20; ++i)
-        g.spawn(i % 2 == 0 ? park_forever(cp) : spin_forever(cp));
-      g.spawn(fails_with_no_memory_for_its_box(3));
-      try {
-        co_await g.join();
-      } catch (std::bad_alloc const&) {
-        EXPECT_EQ(cp->alive(), 0);
-        EXPECT_EQ(g.size(), 0u);
-        co_return 1;
-      } catch (custom_error const&) {
-        co_return -2;  // its box was allocated after all
-      }
-      co_return -1;
-    };
-    EXPECT_EQ(rt.block_on(outer(&c)), 1) << workers << " workers";
+    std::exception_ptr e =
+        rt.block_on(join_with_failing_child(fails_with_no_memory_for_its_box(3), &c));
+    ASSERT_NE(e, nullptr) << workers << " workers";
+    EXPECT_THROW(std::rethrow_exception(e), std::bad_alloc)
+        << "its box was allocated after all, " << workers << " workers";
   }
 }
 
