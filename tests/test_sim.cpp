@@ -608,10 +608,11 @@ class simulation {
       task_header* c = fakes_[j];
       // As scheduler::poll_inline: out of the LIFO slot first; a spawn
       // there that was never polled is claimed with a plain store.
-      bool const from_lifo = !tasks_[j].in_poll && w->lifo.peek() == c && w->lifo.take_if(c);
+      bool const idle = !tasks_[j].in_poll;
+      bool const from_lifo = idle && w->lifo.peek() == c && w->lifo.take_if(c);
       std::uint64_t next = 0;
       bool const fresh = from_lifo && ts::claim_fresh_for_inline(c, next);
-      if (!tasks_[j].in_poll && (fresh || ts::claim_for_inline(c, from_lifo, next))) {
+      if (idle && (fresh || ts::claim_for_inline(c, from_lifo, next))) {
         if (!from_lifo) ++result_.inline_claims;
         if (fresh) ++result_.fresh_inline_claims;
         SIM_TRACE("inline poll of " + std::to_string(j) +

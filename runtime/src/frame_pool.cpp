@@ -231,6 +231,16 @@ void release_block(void* block, std::size_t cls) noexcept {
   }
 }
 
+/// Every block of the list `head` (linked through `next`) of class `cls`
+/// leaves the pools for good.
+void release_list(free_block* head, std::size_t cls) noexcept {
+  while (head != nullptr) {
+    free_block* next = head->next;
+    release_block(head, cls);
+    head = next;
+  }
+}
+
 /// A new slab for class `cls`'s blocks (header written). Throws
 /// std::bad_alloc when the system has no address space left.
 char* new_slab(std::size_t cls) {
@@ -311,11 +321,7 @@ struct thread_pool {
       free_block* head = heads[cls];
       heads[cls] = nullptr;
       counts[cls] = 0;  // every free takes the slow path from now on
-      while (head != nullptr) {
-        free_block* next = head->next;
-        release_block(head, cls);
-        head = next;
-      }
+      release_list(head, cls);
       if (carved_class(cls)) abandon(carving[carve_index(cls)], cls);
     }
   }
@@ -389,11 +395,7 @@ struct pool_reaper {
     return;
   }
   dep.bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
-  while (chain != nullptr) {
-    free_block* next = chain->next;
-    release_block(chain, cls);
-    chain = next;
-  }
+  release_list(chain, cls);
 }
 
 // The slow paths, out of line: the fast ones then keep no register and set
@@ -596,11 +598,7 @@ void frame_pool_fail_next_allocation(std::size_t bytes) noexcept {
   pool.heads[cls] = nullptr;
   // counts is blocks + 1, or 0 without a reaper or once destroyed (kept).
   if (pool.counts[cls] != 0) pool.counts[cls] = 1;
-  while (head != nullptr) {
-    free_block* next = head->next;
-    release_block(head, cls);
-    head = next;
-  }
+  release_list(head, cls);
   pool.fail_class_plus_one = cls + 1;
 }
 
@@ -614,11 +612,7 @@ void frame_pool_release_depot() noexcept {
     }
     while (chains != nullptr) {
       free_block* next_chain = chains->next_chain;
-      while (chains != nullptr) {
-        free_block* next = chains->next;
-        release_block(chains, cls);
-        chains = next;
-      }
+      release_list(chains, cls);
       dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
       chains = next_chain;
     }

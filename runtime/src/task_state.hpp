@@ -315,8 +315,8 @@ struct completion {
 /// without a reference, a late waker and a stop callback's abort, do not
 /// matter, as for mark_complete_alone. COMPLETE, and the scheduler's
 /// reference dropped (the handle's keeps the block): true. False, changing
-/// nothing, when mark_complete must run (references a poll handed out are
-/// still held, or a waiter is registered).
+/// nothing, when the state is not that (a waiter registered, or other than
+/// the two references): mark_complete runs then.
 [[nodiscard]] inline bool mark_complete_inline_alone(task_header* task) noexcept {
   std::uint64_t const s = task->state.load(std::memory_order_acquire);
   if ((s & (sb::join_interest | sb::join_waker)) != sb::join_interest || sb::refs(s) != 2) {
