@@ -163,6 +163,11 @@ struct alignas(16) task_header {
   /// runtime_stats::detached_exceptions (scheduler::hold_unobserved). Written
   /// before COMPLETE is published, then read by the handle's owner.
   bool unobserved : 1 = false;
+  /// The byte's other bits, named so that the header's constructor writes
+  /// its last word whole: with them left out it kept them, a load of the
+  /// block's line (often in another worker's cache, which freed the block)
+  /// that the spawning thread waited for at every spawn.
+  std::uint8_t unused_bits : 4 = 0;
 
   /// The root frame (null once destroyed: cancelled_before_finish).
   [[nodiscard]] std::coroutine_handle<> frame() const noexcept {
