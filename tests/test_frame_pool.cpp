@@ -200,15 +200,16 @@ TEST(FramePool, BlocksFreedOnAnotherThreadJoinThatThreadsPool) {
   });
 }
 
-TEST(FramePool, AListPastItsHighWaterSpillsToTheDepotAndAnEmptyOneRefillsFromIt) {
+TEST(FramePool, AFullMagazineSpillsItsOldestBlocksToTheDepotAndAnEmptyOneRefillsFromIt) {
   // Blocks allocated on one thread and freed on another (a task spawned on
   // one worker and completed on another): the freeing thread keeps 128 per
-  // class and hands the rest to the depot in chains of 64; a thread with an
-  // empty list takes chains from there instead of calling operator new.
+  // class and hands the rest to the depot 64 at a time, the oldest first; a
+  // thread with an empty magazine takes them from there instead of calling
+  // operator new.
   spindle::detail::frame_pool_release_depot();
   constexpr std::size_t size = 2000;  // a class no task frame of these tests uses
   constexpr std::size_t kept = 128;
-  constexpr std::size_t chains = 10;
+  constexpr std::size_t chains = 10;  // spills of 64
   constexpr std::size_t n = kept + 64 * chains;
   std::vector<void*> blocks(n);
   on_fresh_thread([&] {
@@ -224,27 +225,32 @@ TEST(FramePool, AListPastItsHighWaterSpillsToTheDepotAndAnEmptyOneRefillsFromIt)
     EXPECT_EQ(scope.deletes(), 0) << "blocks went to the system, not the depot";
     EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), chains * 64 * 2048);
   });  // this thread's 128 blocks go to the system with it
-  on_fresh_thread([&] {
-    frame_pool_counters c0 = frame_pool_thread_counters();
-    std::vector<void*> again;
-    again.reserve(n);  // no operator new while counting
-    counting_scope scope;
-    for (std::size_t i = 0; i < 64 * chains; ++i)
-      again.push_back(frame_allocate(size));
-    frame_pool_counters c1 = frame_pool_thread_counters();
-    EXPECT_EQ(c1.depot_refills - c0.depot_refills, chains);
-    EXPECT_EQ(c1.pool_misses, c0.pool_misses);
-    if (counting_available) {
-      EXPECT_EQ(scope.news(), 0) << "an empty list called operator new with chains in the depot";
-    }
-    t_counting = false;
-    EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
-    std::set<void*> const all(blocks.begin(), blocks.end());
-    for (void* b : again)
-      EXPECT_EQ(all.count(b), 1u) << "a block that was not in the depot";
-    for (void* b : again)
-      frame_deallocate(b, size);
-  });
+  on_fresh_thread(
+      [&] {
+        frame_pool_counters c0 = frame_pool_thread_counters();
+        std::vector<void*> again;
+        again.reserve(n);  // no operator new while counting
+        counting_scope scope;
+        for (std::size_t i = 0; i < 64 * chains; ++i)
+          again.push_back(frame_allocate(size));
+        frame_pool_counters c1 = frame_pool_thread_counters();
+        EXPECT_EQ(c1.depot_refills - c0.depot_refills, chains);
+        EXPECT_EQ(c1.pool_misses, c0.pool_misses);
+        if (counting_available) {
+          EXPECT_EQ(scope.news(), 0)
+              << "an empty magazine called operator new with blocks in the depot";
+        }
+        t_counting = false;
+        EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
+        // The depot got the first 64 * chains freed; the freeing thread kept
+        // the last 128.
+        std::set<void*> const oldest(blocks.begin(), blocks.begin() + 64 * chains);
+        for (void* b : again)
+          EXPECT_EQ(oldest.count(b), 1u) << "a block that was not among the oldest freed";
+        EXPECT_EQ(std::set<void*>(again.begin(), again.end()).size(), again.size());
+        for (void* b : again)
+          frame_deallocate(b, size);
+      });
   spindle::detail::frame_pool_release_depot();
   EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
 }
@@ -273,17 +279,40 @@ TEST(FramePool, TheDepotIsBounded) {
   EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
 }
 
-TEST(FramePool, BlocksTooSmallToChainStopAtTheHighWater) {
-  if (!counting_available) GTEST_SKIP() << "operator new cannot be replaced under this sanitizer";
-  on_fresh_thread([] {
-    std::vector<void*> blocks(200);
+TEST(FramePool, EightByteBlocksGoToTheDepotAsAnyClassDoes) {
+  // The depot holds arrays of pointers, so the smallest class (with no room
+  // in a block for a link) spills and refills as the others do.
+  spindle::detail::frame_pool_release_depot();
+  std::vector<void*> blocks(200);
+  on_fresh_thread([&] {
     for (auto& b : blocks)
       b = frame_allocate(8);
+  });
+  on_fresh_thread([&] {
+    frame_pool_counters const c0 = frame_pool_thread_counters();
     counting_scope scope;
     for (void* b : blocks)
       frame_deallocate(b, 8);
-    EXPECT_EQ(scope.deletes(), 200 - 128);
+    EXPECT_EQ(scope.deletes(), 0) << "blocks went to the system, not the depot";
+    // Frees 129 and 193 found the magazine full: two spills of 64.
+    EXPECT_EQ(frame_pool_thread_counters().depot_spills - c0.depot_spills, 2u);
+    EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 2u * 64 * 8);
   });
+  on_fresh_thread([&] {
+    frame_pool_counters const c0 = frame_pool_thread_counters();
+    std::vector<void*> again;
+    for (int i = 0; i < 128; ++i)
+      again.push_back(frame_allocate(8));
+    EXPECT_EQ(frame_pool_thread_counters().depot_refills - c0.depot_refills, 2u);
+    EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
+    std::set<void*> const oldest(blocks.begin(), blocks.begin() + 128);
+    for (void* b : again)
+      EXPECT_EQ(oldest.count(b), 1u) << "a block that was not among the oldest freed";
+    for (void* b : again)
+      frame_deallocate(b, 8);
+  });
+  spindle::detail::frame_pool_release_depot();
+  EXPECT_EQ(spindle::detail::frame_pool_depot_bytes(), 0u);
 }
 
 TEST(FramePool, CachedBlocksAreReleasedWhenTheThreadExits) {
@@ -362,8 +391,8 @@ TEST(FramePool, ASlabGoesBackOnceAllItsBlocksDo) {
   EXPECT_EQ(frame_pool_slabs().taken - s0.taken, 4u);
   EXPECT_EQ(frame_pool_slabs().returned, s0.returned);
   on_fresh_thread([&] {
-    // Freed on another thread: 128 stay in its list, the rest go to the
-    // depot in chains of 64 (none back yet).
+    // Freed on another thread: 128 stay in its magazine, the rest go to the
+    // depot 64 at a time (none back yet).
     for (void* b : blocks)
       frame_deallocate(b, size);
     EXPECT_EQ(frame_pool_slabs().returned, s0.returned);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -44,38 +45,59 @@ constexpr std::size_t max_pooled = 4096;
 constexpr std::size_t fine_classes = fine_limit / fine_step;
 constexpr std::size_t class_count = fine_classes + (max_pooled - fine_limit) / coarse_step;
 
-struct free_block {
-  free_block* next;
-  free_block* next_chain;  // in the depot: the chain under this one (blocks of 16 bytes and up)
-};
-
-// The depot: when a thread's list of a class grows past high_water blocks
-// (it frees more than it allocates: a worker that completes tasks another
-// thread spawned), it hands a chain of transfer_blocks blocks to the depot;
-// a thread whose list is empty takes a chain from there before it calls
-// operator new (a spawning thread whose tasks complete elsewhere). Without
-// it the freeing thread's surplus went to free(), into the allocating
-// thread's malloc arena (glibc's arena lock, contended by that thread's
-// malloc), and the allocating thread called malloc for every spawn.
+// A thread keeps the free blocks of a class in a magazine: an array of
+// pointers, used as a stack (Bonwick's magazines), not a list linked
+// through the blocks. A pop then reads the array, which only this thread
+// writes, and not the block: with a list, each pop loaded the next
+// block's link from the block it took, one load after the other, and a
+// block freed on another worker was a line in that worker's cache, so a
+// thread spawning tasks that another worker runs and frees (spawn_many_local,
+// 2 workers) waited one cross-core transfer per spawn, in sequence (86% of
+// task_frame_allocate's samples on that load). From an array the
+// addresses are known ahead and the transfers overlap.
+//
+// The depot: when a thread's magazine of a class is full (it frees more
+// than it allocates: a worker that completes tasks another thread spawned),
+// it hands its transfer_blocks oldest blocks to the depot in a
+// depot_magazine; a thread whose magazine is empty takes one from there
+// before it calls operator new (a spawning thread whose tasks complete
+// elsewhere). Without it the freeing thread's surplus went to free(), into
+// the allocating thread's malloc arena (glibc's arena lock, contended by
+// that thread's malloc), and the allocating thread called malloc for every
+// spawn. The oldest go: the least likely to be in the freeing thread's
+// cache still.
 // Design source: Bonwick's magazines and depot (USENIX 2001), tcmalloc's
 // transfer cache.
-// A thread's list of a class holds at most high_water blocks (so a thread
-// caches at most 128 blocks per class, 18.7 MB if it had them in every
-// class; in practice a few classes).
+// A thread's magazine of a class holds at most high_water blocks (so a
+// thread caches at most 128 blocks per class, 18.7 MB if it had them in
+// every class; in practice a few classes).
 constexpr std::uint32_t transfer_blocks = 64;
 constexpr std::uint32_t high_water = 2 * transfer_blocks;
-// The depot holds at most this many bytes in all classes; a chain beyond it
-// goes back to operator delete.
+// The depot holds at most this many bytes in all classes; blocks beyond it
+// go back to the system.
 constexpr std::size_t depot_capacity_bytes = 64 * 1024 * 1024;
-// Classes below this size have no room for next_chain: no depot.
-constexpr std::size_t min_depot_block = sizeof(free_block);
+
+/// transfer_blocks blocks of one class on their way between threads. From
+/// malloc, not operator new (which the tests count as the system's).
+struct depot_magazine {
+  depot_magazine* next;
+  void* blocks[transfer_blocks];
+};
+
+// Emptied depot magazines a class keeps for the next spill (more go back
+// to free()): at most 133 KB a class. With 8, a thread that spawned 10,000
+// tasks at a time (bench_icount spawn_many) paid a malloc and a free per 64
+// blocks, 6 instructions a spawn.
+constexpr std::uint32_t max_empty_magazines = 256;
 
 struct depot_class {
   std::mutex lock;
   // Written under `lock`; read there, and once without it (relaxed) by
   // allocate_slow before it calls the refill: most misses find the depot
   // empty (a spawning thread whose tasks are still held by join handles).
-  std::atomic<free_block*> chains{nullptr};
+  std::atomic<depot_magazine*> full{nullptr};
+  depot_magazine* empty = nullptr;  // guarded by lock
+  std::uint32_t empty_count = 0;    // guarded by lock
 };
 
 struct depot {
@@ -231,14 +253,10 @@ void release_block(void* block, std::size_t cls) noexcept {
   }
 }
 
-/// Every block of the list `head` (linked through `next`) of class `cls`
-/// leaves the pools for good.
-void release_list(free_block* head, std::size_t cls) noexcept {
-  while (head != nullptr) {
-    free_block* next = head->next;
-    release_block(head, cls);
-    head = next;
-  }
+/// The `n` blocks of class `cls` at `blocks` leave the pools for good.
+void release_blocks(void* const* blocks, std::size_t n, std::size_t cls) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    release_block(blocks[i], cls);
 }
 
 /// A new slab for class `cls`'s blocks (header written). Throws
@@ -294,18 +312,20 @@ void* carve_alone(std::size_t cls) {
   return slab + slab_header_bytes;
 }
 
-// A thread's lists. Constant-initialized with a trivial destructor, so that
-// the fast paths reach it with one %fs-relative access and no guard (a
+// A thread's magazines. Constant-initialized with a trivial destructor, so
+// that the fast paths reach it with one %fs-relative access and no guard (a
 // thread_local with a destructor is checked, and its destructor registered,
-// at every access). The lists are given back at the thread's exit by
+// at every access). The magazines are given back at the thread's exit by
 // pool_reaper, a second thread_local that the slow paths register.
-// `counts` holds each list's blocks + 1 while the reaper is registered, and
-// 0 before that and once the pool is destroyed: a free finds a 0 and takes
-// the slow path, which registers the reaper (or, destroyed, deletes the
-// block), so no list gets a block before its thread's reaper exists, and
-// the fast path needs no separate check for either.
+// `counts` holds each magazine's blocks + 1 once the slow paths have made
+// it (after registering the reaper), and 0 before that and once the pool is
+// destroyed: an allocation or a free finds a count of 0 or 1 (or a full
+// magazine) and takes the slow path, which registers the reaper and makes
+// the magazine (or, destroyed, goes to the system), so no magazine gets a
+// block before its thread's reaper exists, and the fast paths need no
+// separate check for either.
 struct thread_pool {
-  std::array<free_block*, class_count> heads;
+  std::array<void**, class_count> magazines;        // high_water entries each, from malloc
   std::array<std::uint32_t, class_count> counts;    // blocks + 1 (0: see above)
   std::array<carve_state, carved_classes> carving;  // by carve_index
   frame_pool_counters counters;
@@ -318,10 +338,14 @@ struct thread_pool {
   void release_all() noexcept {
     destroyed = true;
     for (std::size_t cls = 0; cls < class_count; ++cls) {
-      free_block* head = heads[cls];
-      heads[cls] = nullptr;
-      counts[cls] = 0;  // every free takes the slow path from now on
-      release_list(head, cls);
+      std::uint32_t const count = counts[cls];
+      void** magazine = magazines[cls];
+      counts[cls] = 0;  // every allocation and free takes the slow path from now on
+      magazines[cls] = nullptr;
+      if (magazine != nullptr) {
+        release_blocks(magazine, count - 1, cls);
+        std::free(magazine);
+      }
       if (carved_class(cls)) abandon(carving[carve_index(cls)], cls);
     }
   }
@@ -340,62 +364,103 @@ struct pool_reaper {
 };
 
 /// Registers the calling thread's reaper (once): its destructor gives the
-/// lists back when the thread exits.
+/// magazines back when the thread exits.
 [[gnu::noinline]] void register_reaper(thread_pool& pool) noexcept {
   [[gnu::tls_model("initial-exec")]] thread_local pool_reaper reaper;
   // Passing its declaration constructs it and registers its destructor.
   static_cast<void>(&reaper);
   pool.reaper_registered = true;
-  // Every list is empty until now (see thread_pool).
-  pool.counts.fill(1);
 }
 
-/// The calling thread's list of class `cls` is empty (and its pool not
-/// destroyed: allocate_slow, the only caller, checks): take a chain from
-/// the depot into it. Returns false when the depot has none.
-[[gnu::noinline]] bool refill_from_depot(thread_pool& pool, std::size_t cls) noexcept {
-  if (class_size(cls) < min_depot_block) return false;
-  depot& dep = global_depot();
-  depot_class& d = dep.classes[cls];
-  free_block* chain;
-  {
-    std::lock_guard guard(d.lock);
-    chain = d.chains.load(std::memory_order_relaxed);
-    if (chain == nullptr) return false;
-    d.chains.store(chain->next_chain, std::memory_order_relaxed);
-  }
-  dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
-  pool.heads[cls] = chain;
-  pool.counts[cls] = transfer_blocks + 1;
-  ++pool.counters.depot_refills;
+/// Makes the calling thread's magazine of class `cls` (its reaper
+/// registered, the pool not destroyed) unless it has one. Returns false
+/// when malloc has no memory for it: the caller then goes to the system.
+bool ensure_magazine(thread_pool& pool, std::size_t cls) noexcept {
+  if (pool.counts[cls] != 0) return true;
+  auto* magazine = static_cast<void**>(std::malloc(high_water * sizeof(void*)));
+  if (magazine == nullptr) return false;
+  pool.magazines[cls] = magazine;
+  pool.counts[cls] = 1;
   return true;
 }
 
-/// The calling thread's list of class `cls` is past high_water: hand its
-/// first transfer_blocks blocks to the depot (or to operator delete when the
-/// depot's class is full).
-[[gnu::noinline]] void spill_to_depot(thread_pool& pool, std::size_t cls) noexcept {
-  free_block* chain = pool.heads[cls];
-  free_block* last = chain;
-  for (std::uint32_t i = 1; i < transfer_blocks; ++i)
-    last = last->next;
-  pool.heads[cls] = last->next;
-  last->next = nullptr;
-  pool.counts[cls] -= transfer_blocks;
-  depot& dep = global_depot();
-  std::size_t const chain_bytes = transfer_blocks * class_size(cls);
-  // Reserve the room first: the capacity holds with any number of spillers.
-  if (dep.bytes.fetch_add(chain_bytes, std::memory_order_relaxed) + chain_bytes <=
-      depot_capacity_bytes) {
-    ++pool.counters.depot_spills;
-    depot_class& d = dep.classes[cls];
+/// Keeps an emptied depot magazine for the next spill of class `d`, or
+/// frees it.
+void keep_empty_magazine(depot_class& d, depot_magazine* m) noexcept {
+  {
     std::lock_guard guard(d.lock);
-    chain->next_chain = d.chains.load(std::memory_order_relaxed);
-    d.chains.store(chain, std::memory_order_relaxed);
-    return;
+    if (d.empty_count < max_empty_magazines) {
+      m->next = d.empty;
+      d.empty = m;
+      ++d.empty_count;
+      return;
+    }
   }
-  dep.bytes.fetch_sub(chain_bytes, std::memory_order_relaxed);
-  release_list(chain, cls);
+  std::free(m);
+}
+
+/// The calling thread's magazine of class `cls` is empty (and its pool not
+/// destroyed: allocate_slow, the only caller, checks): take a depot
+/// magazine's blocks into it. Returns false when the depot has none (or
+/// the thread has no magazine and malloc no memory for one).
+[[gnu::noinline]] bool refill_from_depot(thread_pool& pool, std::size_t cls) noexcept {
+  if (!ensure_magazine(pool, cls)) return false;
+  depot& dep = global_depot();
+  depot_class& d = dep.classes[cls];
+  depot_magazine* m;
+  {
+    std::lock_guard guard(d.lock);
+    m = d.full.load(std::memory_order_relaxed);
+    if (m == nullptr) return false;
+    d.full.store(m->next, std::memory_order_relaxed);
+  }
+  dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
+  std::memcpy(pool.magazines[cls], m->blocks, sizeof(m->blocks));
+  pool.counts[cls] = transfer_blocks + 1;
+  ++pool.counters.depot_refills;
+  keep_empty_magazine(d, m);
+  return true;
+}
+
+/// The calling thread's magazine of class `cls` is full: hand its
+/// transfer_blocks oldest blocks to the depot (or to the system when the
+/// depot is full, or malloc has no memory for a depot magazine).
+[[gnu::noinline]] void spill_to_depot(thread_pool& pool, std::size_t cls) noexcept {
+  void** magazine = pool.magazines[cls];
+  depot& dep = global_depot();
+  depot_class& d = dep.classes[cls];
+  std::size_t const spill_bytes = transfer_blocks * class_size(cls);
+  depot_magazine* m = nullptr;
+  // Reserve the room first: the capacity holds with any number of spillers.
+  if (dep.bytes.fetch_add(spill_bytes, std::memory_order_relaxed) + spill_bytes <=
+      depot_capacity_bytes) {
+    {
+      std::lock_guard guard(d.lock);
+      m = d.empty;
+      if (m != nullptr) {
+        d.empty = m->next;
+        --d.empty_count;
+      }
+    }
+    if (m == nullptr) m = static_cast<depot_magazine*>(std::malloc(sizeof(depot_magazine)));
+    if (m == nullptr) dep.bytes.fetch_sub(spill_bytes, std::memory_order_relaxed);
+  } else {
+    dep.bytes.fetch_sub(spill_bytes, std::memory_order_relaxed);
+  }
+  if (m != nullptr) {
+    std::memcpy(m->blocks, magazine, sizeof(m->blocks));
+  } else {
+    release_blocks(magazine, transfer_blocks, cls);
+  }
+  // The newer half moves down: the oldest blocks are at the bottom.
+  std::memmove(magazine, magazine + transfer_blocks,
+               (pool.counts[cls] - 1 - transfer_blocks) * sizeof(void*));
+  pool.counts[cls] -= transfer_blocks;
+  if (m == nullptr) return;
+  ++pool.counters.depot_spills;
+  std::lock_guard guard(d.lock);
+  m->next = d.full.load(std::memory_order_relaxed);
+  d.full.store(m, std::memory_order_relaxed);
 }
 
 // The slow paths, out of line: the fast ones then keep no register and set
@@ -411,32 +476,33 @@ struct pool_reaper {
     pool.fail_class_plus_one = 0;
     throw std::bad_alloc();
   }
-  if (pool.heads[cls] == nullptr) {
+  if (pool.counts[cls] <= 1) {
     if (pool.destroyed)
       return carved_class(cls) ? carve_alone(cls) : ::operator new(class_size(cls));
-    // The list may get blocks now: they must go back when the thread exits.
+    // The magazine may get blocks now: they must go back when the thread
+    // exits.
     if (!pool.reaper_registered) register_reaper(pool);
     // A look at the depot's class without its lock (or a call) first: an
     // empty class is the common case of a miss, and the lock and unlock
-    // cost the miss about 100 instructions. A chain pushed meanwhile is
+    // cost the miss about 100 instructions. A magazine pushed meanwhile is
     // found by the next miss.
-    if (global_depot().classes[cls].chains.load(std::memory_order_relaxed) == nullptr ||
+    if (global_depot().classes[cls].full.load(std::memory_order_relaxed) == nullptr ||
         !refill_from_depot(pool, cls)) {
       ++pool.counters.pool_misses;
       if (carved_class(cls)) return carve(pool.carving[carve_index(cls)], cls);
       return ::operator new(class_size(cls));
     }
   }
-  free_block* block = pool.heads[cls];
-  pool.heads[cls] = block->next;
-  --pool.counts[cls];
+  std::uint32_t const count = pool.counts[cls];
+  void* block = pool.magazines[cls][count - 2];
+  pool.counts[cls] = count - 1;
   ++pool.counters.pool_hits;
   return block;
 }
 
 /// A free the fast path did not take: size 0, a coarse class or an
-/// unpooled size, a pool without its reaper yet or destroyed, or a list at
-/// its high water.
+/// unpooled size, a pool without its reaper yet or destroyed, a class
+/// without its magazine yet, or a full magazine.
 [[gnu::noinline]] void deallocate_slow(void* block, std::size_t bytes) noexcept {
   std::size_t const cls = class_of(bytes);
   if (cls >= class_count) {
@@ -449,19 +515,14 @@ struct pool_reaper {
     return;
   }
   if (!pool.reaper_registered) register_reaper(pool);
-  auto* node = static_cast<free_block*>(block);
-  node->next = pool.heads[cls];
-  pool.heads[cls] = node;
-  if (++pool.counts[cls] > high_water + 1) {
-    if (class_size(cls) >= min_depot_block) {
-      spill_to_depot(pool, cls);
-    } else {
-      // Too small to chain in the depot: back to the system.
-      pool.heads[cls] = node->next;
-      --pool.counts[cls];
-      release_block(block, cls);
-    }
+  if (!ensure_magazine(pool, cls)) {
+    release_block(block, cls);
+    return;
   }
+  if (pool.counts[cls] - 1 == high_water) spill_to_depot(pool, cls);
+  std::uint32_t const count = pool.counts[cls];
+  pool.magazines[cls][count - 1] = block;
+  pool.counts[cls] = count + 1;
 }
 
 /// The fine class of `bytes`, or class_count when the fast paths do not
@@ -471,14 +532,23 @@ struct pool_reaper {
   return cls < fine_classes ? cls : class_count;
 }
 
-/// Pops a block of fine class `cls`, or returns nullptr (the slow path's).
-[[gnu::always_inline]] inline void* pop_fine(std::size_t cls) noexcept {
+/// Whether the calling thread's magazine of fine class `cls` (or
+/// class_count) has a block for the fast path; `count` receives its
+/// count. count = blocks + 1: 1 is an empty magazine, 0 none yet (or
+/// destroyed).
+[[gnu::always_inline]] inline bool can_pop(std::size_t cls, std::uint32_t& count) noexcept {
+  if (cls >= class_count) [[unlikely]]
+    return false;
+  count = local_pool().counts[cls];
+  return count > 1;
+}
+
+/// Pops the top block of fine class `cls`, whose magazine's count is
+/// `count` (can_pop said so).
+[[gnu::always_inline]] inline void* pop_fine(std::size_t cls, std::uint32_t count) noexcept {
   thread_pool& pool = local_pool();
-  free_block* block = pool.heads[cls];
-  if (block == nullptr) [[unlikely]]
-    return nullptr;
-  pool.heads[cls] = block->next;
-  --pool.counts[cls];
+  void* block = pool.magazines[cls][count - 2];
+  pool.counts[cls] = count - 1;
   ++pool.counters.pool_hits;
   return block;
 }
@@ -486,10 +556,10 @@ struct pool_reaper {
 // The fast paths, inlined into both the plain and the task-frame entry points.
 [[gnu::always_inline]] inline void* pool_allocate(std::size_t bytes) {
   std::size_t const cls = fine_class_of(bytes);
-  void* block = cls < class_count ? pop_fine(cls) : nullptr;
-  if (block == nullptr) [[unlikely]]
+  std::uint32_t count;
+  if (!can_pop(cls, count)) [[unlikely]]
     return allocate_slow(bytes);
-  return block;
+  return pop_fine(cls, count);
 }
 
 [[gnu::always_inline]] inline void pool_deallocate(void* block, std::size_t bytes) noexcept {
@@ -500,16 +570,14 @@ struct pool_reaper {
   }
   thread_pool& pool = local_pool();
   std::uint32_t const count = pool.counts[cls];
-  // A list with fewer than high_water blocks (count = blocks + 1) takes one
-  // more here. A full one, or a count of 0 (no reaper yet, or destroyed),
-  // takes the slow path.
+  // A magazine with fewer than high_water blocks (count = blocks + 1) takes
+  // one more here. A full one, or a count of 0 (no magazine yet, or
+  // destroyed), takes the slow path.
   if (count - 1 >= high_water) [[unlikely]] {
     deallocate_slow(block, bytes);
     return;
   }
-  auto* node = static_cast<free_block*>(block);
-  node->next = pool.heads[cls];
-  pool.heads[cls] = node;
+  pool.magazines[cls][count - 1] = block;
   pool.counts[cls] = count + 1;
 }
 
@@ -534,9 +602,10 @@ namespace {
 void* task_frame_allocate(std::size_t bytes) {
   std::size_t const total = task_frame_prefix + bytes;
   std::size_t const cls = fine_class_of(total);
-  void* block = cls < class_count ? pop_fine(cls) : nullptr;
-  if (block == nullptr) [[unlikely]]
+  std::uint32_t count;
+  if (!can_pop(cls, count)) [[unlikely]]
     return task_frame_allocate_slow(total);
+  void* block = pop_fine(cls, count);
   // An empty header: state 0 says "never spawned" to task_frame_deallocate.
   ::new (block) task_header;
   return static_cast<char*>(block) + task_frame_prefix;
@@ -594,27 +663,38 @@ void frame_pool_fail_next_allocation(std::size_t bytes) noexcept {
   std::size_t const cls = class_of(bytes);
   if (bytes == 0 || cls >= class_count) return;
   thread_pool& pool = local_pool();
-  free_block* head = pool.heads[cls];
-  pool.heads[cls] = nullptr;
-  // counts is blocks + 1, or 0 without a reaper or once destroyed (kept).
-  if (pool.counts[cls] != 0) pool.counts[cls] = 1;
-  release_list(head, cls);
+  // counts is blocks + 1, or 0 without a magazine or once destroyed (kept).
+  if (pool.counts[cls] > 1) {
+    release_blocks(pool.magazines[cls], pool.counts[cls] - 1, cls);
+    pool.counts[cls] = 1;
+  }
   pool.fail_class_plus_one = cls + 1;
 }
 
 void frame_pool_release_depot() noexcept {
   depot& dep = global_depot();
   for (std::size_t cls = 0; cls < class_count; ++cls) {
-    free_block* chains;
+    depot_class& d = dep.classes[cls];
+    depot_magazine* full;
+    depot_magazine* empty;
     {
-      std::lock_guard guard(dep.classes[cls].lock);
-      chains = dep.classes[cls].chains.exchange(nullptr, std::memory_order_relaxed);
+      std::lock_guard guard(d.lock);
+      full = d.full.exchange(nullptr, std::memory_order_relaxed);
+      empty = d.empty;
+      d.empty = nullptr;
+      d.empty_count = 0;
     }
-    while (chains != nullptr) {
-      free_block* next_chain = chains->next_chain;
-      release_list(chains, cls);
+    while (full != nullptr) {
+      depot_magazine* next = full->next;
+      release_blocks(full->blocks, transfer_blocks, cls);
       dep.bytes.fetch_sub(transfer_blocks * class_size(cls), std::memory_order_relaxed);
-      chains = next_chain;
+      std::free(full);
+      full = next;
+    }
+    while (empty != nullptr) {
+      depot_magazine* next = empty->next;
+      std::free(empty);
+      empty = next;
     }
   }
 }

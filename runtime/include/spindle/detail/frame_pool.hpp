@@ -1,16 +1,17 @@
 // Per-thread recycling pools for coroutine frames and task headers.
 //
 // Shape: size classes of 8 bytes up to 512 bytes and of 64 bytes up to 4096; each thread (in
-// practice each worker) keeps a free list per class, so steady-state spawn/await does not call
-// malloc. A block may be freed on another thread than the one that allocated it: it then joins
-// the freeing thread's list (the pools are caches, not owners). A list that grows past 128
-// blocks hands a chain of 64 to a shared depot (at most 64 MiB in all classes; beyond that the
-// chain goes back to the system), and an empty list takes a chain from there before it asks
-// the system: tasks spawned on one thread and completed on another recycle their blocks
-// without malloc. The system is, for the classes whose size is a multiple of 16 bytes, a slab
-// of 64 KiB that the thread carves one block at a time (no per-block malloc overhead: a
-// 112-byte task costs 112 bytes, not malloc's 128; a slab's pages go back to the kernel once
-// all its blocks are back), and ::operator new for the other classes and for larger requests.
+// practice each worker) keeps a magazine per class (an array of up to 128 free blocks' addresses,
+// used as a stack; nothing is written into a free block), so steady-state spawn/await does not
+// call malloc. A block may be freed on another thread than the one that allocated it: it then
+// joins the freeing thread's magazine (the pools are caches, not owners). A full magazine hands
+// its 64 oldest blocks to a shared depot (at most 64 MiB in all classes; beyond that they go
+// back to the system), and an empty one takes 64 from there before it asks the system: tasks
+// spawned on one thread and completed on another recycle their blocks without malloc. The system
+// is, for the classes whose size is a multiple of 16 bytes, a slab of 64 KiB that the thread carves
+// one block at a time (no per-block malloc overhead: a 112-byte task costs 112 bytes, not malloc's
+// 128; a slab's pages go back to the kernel once all its blocks are back), and ::operator new for
+// the other classes and for larger requests.
 //
 // Thread-safety: each function touches the calling thread's lists, and the depot under a lock
 // per class once per 64 blocks at most; slabs come from a shared source under a lock, once per
@@ -89,11 +90,11 @@ struct pool_allocator {
 
 /// Counters of the calling thread's pool (for tests and benchmarks).
 struct frame_pool_counters {
-  std::uint64_t pool_hits = 0;  ///< allocations served from a free list
+  std::uint64_t pool_hits = 0;  ///< allocations served from a magazine
   /// Allocations that went to the system (a slab or ::operator new).
   std::uint64_t pool_misses = 0;
-  std::uint64_t depot_refills = 0;  ///< chains taken from the depot (an empty list)
-  std::uint64_t depot_spills = 0;   ///< chains handed to the depot (a list past its high water)
+  std::uint64_t depot_refills = 0;  ///< 64 blocks taken from the depot (an empty magazine)
+  std::uint64_t depot_spills = 0;   ///< 64 blocks handed to the depot (a full magazine)
 };
 [[nodiscard]] frame_pool_counters frame_pool_thread_counters() noexcept;
 
@@ -110,11 +111,11 @@ struct frame_pool_slab_counters {
 [[nodiscard]] std::size_t frame_pool_depot_capacity() noexcept;
 
 /// Gives every block in the depot back to the system (its slab, or
-/// ::operator delete; the threads' own lists are kept). Thread-safe.
+/// ::operator delete; the threads' own magazines are kept). Thread-safe.
 void frame_pool_release_depot() noexcept;
 
 /// Fault injection, for tests of the paths that run when memory runs out:
-/// gives the calling thread's free list of `bytes`-byte blocks back to the
+/// gives the calling thread's magazine of `bytes`-byte blocks back to the
 /// system, and makes the thread's next allocation of that size that the
 /// list cannot serve (the next one, unless the thread frees a block of that
 /// size first) throw std::bad_alloc. One allocation only; the hook clears
