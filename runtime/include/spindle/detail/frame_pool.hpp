@@ -117,7 +117,7 @@ void frame_pool_release_depot() noexcept;
 /// Fault injection, for tests of the paths that run when memory runs out:
 /// gives the calling thread's magazine of `bytes`-byte blocks back to the
 /// system, and makes the thread's next allocation of that size that the
-/// list cannot serve (the next one, unless the thread frees a block of that
+/// magazine cannot serve (the next one, unless the thread frees a block of that
 /// size first) throw std::bad_alloc. One allocation only; the hook clears
 /// itself. A size the pools do not serve (0, or above 4096 bytes) is
 /// ignored. Affects the calling thread alone.
