@@ -1,9 +1,11 @@
-// Tests of the global (inject) queue (runtime/src/global_queue.hpp): a
-// mutex-protected intrusive FIFO of task headers with an atomic length.
+// Tests of the global (inject) queue (runtime/src/global_queue.hpp): an
+// intrusive multi-producer FIFO of task headers whose consumers take turns
+// under a lock, with counts read without it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -194,6 +196,38 @@ TEST(GlobalQueue, ConcurrentProducersAndConsumersSeeEachItemOnce) {
   for (std::size_t i = 0; i < n; ++i)
     bad += seen[i].load() != 1;
   EXPECT_EQ(bad, 0u) << "items not seen exactly once";
+}
+
+TEST(GlobalQueue, APushNeverWaitsForAConsumer) {
+  // A consumer holds the consumers' lock (for_each's callback, as a take's
+  // walk would) until a push from another thread has returned: a push that
+  // took the lock would wait for it, and the consumer gives up after 10 s.
+  fake_tasks tasks(3);
+  global_queue q;
+  q.push(tasks[0]);
+  std::atomic<bool> pushed{false};
+  std::atomic<bool> inside{false};
+  bool saw_push = false;
+  std::thread consumer([&] {
+    q.for_each([&](task_header*) {
+      inside.store(true);
+      auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!pushed.load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      saw_push = pushed.load();
+    });
+  });
+  while (!inside.load())
+    std::this_thread::yield();
+  q.push(tasks[1]);
+  auto [first, last] = link(tasks, 2, 3);
+  q.push_batch(first, last, 1);
+  pushed.store(true);
+  consumer.join();
+  EXPECT_TRUE(saw_push) << "a push waited for the consumer's lock";
+  EXPECT_EQ(q.len(), 3u);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(q.pop(), tasks[i]);
 }
 
 TEST(GlobalQueue, LenNeverExceedsPushedDuringConcurrentUse) {

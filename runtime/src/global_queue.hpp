@@ -1,12 +1,25 @@
 // The global (inject) queue: where tasks spawned from outside the workers,
 // woken from other threads, or overflowing a worker's ring go.
 //
-// Shape: an intrusive FIFO of task headers (linked through
-// task_header::next) behind glibc's adaptive mutex, with an atomic length,
-// so that emptiness is checked without the lock. A worker takes its share
-// (at most scheduler_core's max_remote_take tasks) per lock.
+// Shape: an intrusive multi-producer FIFO of task headers linked through
+// task_header::next (the inbox of inbox.hpp: Vyukov's node-based queue, a
+// batch pushed with one exchange, counts of pushed and taken tasks, so
+// that emptiness is checked without a lock), whose consumers take turns
+// under glibc's adaptive mutex. A worker takes its share (at most
+// scheduler_core's max_remote_take tasks) per turn.
+//
+// Producers never wait for a consumer. Under one mutex for both sides, a
+// worker that overflowed its ring waited while another worker took its
+// share: the taker walks the links of up to max_remote_take tasks, and
+// when the pusher wrote them on another core, each is a transfer of a line
+// that the next one's address depends on (spawn_many_local, 2 workers, on
+// a host whose cores are 175-480 ns apart for a line's round trip: 24% of
+// the samples in the taker's walk, 5% in the lock; the spawner's 10,000
+// spawns took 1,500-1,590 us, and 851-891 without the wait).
+//
 // Thread-safety: every member may be called from any thread.
-// Design source: Volt's global queue, Tokio's Inject.
+// Design source: Volt's global queue, Tokio's Inject; Dmitry Vyukov's
+// intrusive MPSC queue, with a lock serializing its consumers.
 #pragma once
 
 #include <pthread.h>
@@ -15,6 +28,7 @@
 
 #include <mutex>
 
+#include "inbox.hpp"
 #include "spindle/detail/task_header.hpp"
 
 namespace spindle::detail {
@@ -24,34 +38,19 @@ class global_queue {
   /// Appends one task.
   void push(task_header* task) noexcept { push_batch(task, task, 1); }
 
-  /// Appends the list first..last (linked through next) of `count` tasks.
+  /// Appends the list first..last (linked through next) of `count` tasks:
+  /// one exchange, never a wait for a consumer.
   void push_batch(task_header* first, task_header* last, std::size_t count) noexcept {
-    last->next = nullptr;
-    std::lock_guard lock(mutex_);
-    if (tail_ != nullptr) {
-      tail_->next = first;
-    } else {
-      head_ = first;
-    }
-    tail_ = last;
-    len_.store(len_.load(std::memory_order_relaxed) + count, std::memory_order_release);
+    queue_.push(first, last, count);
   }
 
   /// Removes up to `max` tasks from the front, writing them to out[0..n).
-  /// Returns n.
+  /// Returns n (fewer than len() says while a producer is between its
+  /// exchange and its link: inbox.hpp).
   std::size_t pop_batch(task_header** out, std::size_t max) noexcept {
     if (max == 0 || is_empty()) return 0;
-    std::lock_guard lock(mutex_);
-    std::size_t n = 0;
-    while (n < max && head_ != nullptr) {
-      task_header* task = head_;
-      head_ = task->next;
-      task->next = nullptr;
-      out[n++] = task;
-    }
-    if (head_ == nullptr) tail_ = nullptr;
-    len_.store(len_.load(std::memory_order_relaxed) - n, std::memory_order_release);
-    return n;
+    std::lock_guard lock(consumers_);
+    return queue_.take(out, max);
   }
 
   /// Removes one task, or returns nullptr.
@@ -60,28 +59,27 @@ class global_queue {
     return pop_batch(&task, 1) == 1 ? task : nullptr;
   }
 
-  /// Calls `fn(task)` on every queued task, under the lock (runtime::dump():
-  /// a queued task stays alive while its entry is here). `fn` must not
-  /// touch the queue.
+  /// Calls `fn(task)` on every queued task the consumers could reach now,
+  /// holding the consumers' lock (runtime::dump(): a queued task stays
+  /// alive while its entry is here). `fn` must not touch the queue.
   template <class Fn>
   void for_each(Fn&& fn) {
-    std::lock_guard lock(mutex_);
-    for (task_header* t = head_; t != nullptr; t = t->next)
-      fn(t);
+    std::lock_guard lock(consumers_);
+    queue_.for_each(fn);
   }
 
-  [[nodiscard]] std::size_t len() const noexcept { return len_.load(std::memory_order_acquire); }
-  [[nodiscard]] bool is_empty() const noexcept { return len() == 0; }
+  [[nodiscard]] std::size_t len() const noexcept { return queue_.len(); }
+  [[nodiscard]] bool is_empty() const noexcept { return queue_.is_empty(); }
 
  private:
   // glibc's adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP): a locker that finds
   // it held spins a bounded while (glibc.pthread.mutex_spin_count) before it
-  // sleeps in the kernel. The holds are short (a push links a list; a pop
-  // unlinks a batch), and with std::mutex (which sleeps at once) a remote
+  // sleeps in the kernel. With std::mutex (which sleeps at once) a remote
   // spawner and the workers taking batches put each other to sleep: perf
   // showed futex waits and context switches, and spawn_many_remote_idle
   // with 2 workers took 1,047-1,074 us against 791-817 with this lock
-  // (global placement, alternating builds, medians of 3).
+  // (global placement, alternating builds, medians of 3). Only consumers
+  // take it now.
   class adaptive_mutex {
    public:
     adaptive_mutex() noexcept {
@@ -100,10 +98,8 @@ class global_queue {
    private:
     pthread_mutex_t mutex_;
   };
-  mutable adaptive_mutex mutex_;
-  task_header* head_ = nullptr;
-  task_header* tail_ = nullptr;
-  std::atomic<std::size_t> len_{0};
+  adaptive_mutex consumers_;
+  inbox queue_;
 };
 
 }  // namespace spindle::detail

@@ -18,7 +18,8 @@
 // can also reach it once the producers before it have linked.
 //
 // Thread-safety: push from any thread; take under the consumer flag, which
-// try_take acquires (any thread; false when another consumer holds it);
+// try_take acquires (any thread; false when another consumer holds it), or
+// under a lock of the owner's that serializes every consumer (global_queue);
 // len/is_empty from any thread (a relaxed estimate while racing).
 // Design source: Veloq's per-worker mesh inbox (seed 003), Dmitry Vyukov's
 // intrusive MPSC node-based queue.
@@ -57,13 +58,16 @@ class inbox {
   void unlock_consumer() noexcept { consuming_.store(false, std::memory_order_release); }
 
   /// Consumer (holding the flag): removes up to `max` tasks from the front in
-  /// FIFO order into out[0..n) and returns n (fewer than len() says while a
+  /// FIFO order into out[0..n), their links cleared, and returns n (fewer than len() says while a
   /// producer is between its exchange and its link).
   std::size_t take(task_header** out, std::size_t max) noexcept {
     std::size_t n = 0;
     while (n < max) {
       task_header* task = pop_one();
       if (task == nullptr) break;
+      // No stale link: the task is the caller's now (a producer linked it
+      // before pop_one could return it, and nobody writes it again).
+      link_of(task).store(nullptr, std::memory_order_relaxed);
       out[n++] = task;
     }
     if (n != 0) taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_release);
@@ -76,6 +80,18 @@ class inbox {
     std::size_t n = take(out, max);
     unlock_consumer();
     return n;
+  }
+
+  /// Consumer (holding the flag, or global_queue's lock): calls fn(task) on
+  /// every task take() could reach now, front to back.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    task_header* t = head_;
+    if (t == &stub_) t = link_of(t).load(std::memory_order_acquire);
+    while (t != nullptr) {
+      if (t != &stub_) fn(t);
+      t = link_of(t).load(std::memory_order_acquire);
+    }
   }
 
   /// Tasks pushed and not yet taken (an estimate while racing; never
@@ -100,6 +116,9 @@ class inbox {
 
   static std::atomic_ref<task_header*> link_of(task_header* t) noexcept {
     return std::atomic_ref<task_header*>(t->next);
+  }
+  static std::atomic_ref<task_header*> link_of(task_header const* t) noexcept {
+    return std::atomic_ref<task_header*>(const_cast<task_header*>(t)->next);
   }
 
   // Vyukov's pop: head_ is the oldest node (the stub when the consumer has
