@@ -422,18 +422,13 @@ void keep_empty_magazine(depot_class& d, depot_magazine* m) noexcept {
   return true;
 }
 
-/// The calling thread's magazine of class `cls` is full: hand its
-/// transfer_blocks oldest blocks to the depot (or to the system when the
-/// depot is full, or malloc has no memory for a depot magazine).
-[[gnu::noinline]] void spill_to_depot(thread_pool& pool, std::size_t cls) noexcept {
-  void** magazine = pool.magazines[cls];
-  depot& dep = global_depot();
-  depot_class& d = dep.classes[cls];
-  std::size_t const spill_bytes = transfer_blocks * class_size(cls);
-  depot_magazine* m = nullptr;
+/// A depot magazine for a spill of `bytes` bytes into class `d`, the room
+/// reserved; nullptr when the depot is full or malloc has no memory (the
+/// blocks then go to the system).
+depot_magazine* reserve_depot_magazine(depot& dep, depot_class& d, std::size_t bytes) noexcept {
   // Reserve the room first: the capacity holds with any number of spillers.
-  if (dep.bytes.fetch_add(spill_bytes, std::memory_order_relaxed) + spill_bytes <=
-      depot_capacity_bytes) {
+  if (dep.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes <= depot_capacity_bytes) {
+    depot_magazine* m;
     {
       std::lock_guard guard(d.lock);
       m = d.empty;
@@ -443,10 +438,20 @@ void keep_empty_magazine(depot_class& d, depot_magazine* m) noexcept {
       }
     }
     if (m == nullptr) m = static_cast<depot_magazine*>(std::malloc(sizeof(depot_magazine)));
-    if (m == nullptr) dep.bytes.fetch_sub(spill_bytes, std::memory_order_relaxed);
-  } else {
-    dep.bytes.fetch_sub(spill_bytes, std::memory_order_relaxed);
+    if (m != nullptr) return m;
   }
+  dep.bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  return nullptr;
+}
+
+/// The calling thread's magazine of class `cls` is full: hand its
+/// transfer_blocks oldest blocks to the depot (or to the system when the
+/// depot is full, or malloc has no memory for a depot magazine).
+[[gnu::noinline]] void spill_to_depot(thread_pool& pool, std::size_t cls) noexcept {
+  void** magazine = pool.magazines[cls];
+  depot& dep = global_depot();
+  depot_class& d = dep.classes[cls];
+  depot_magazine* m = reserve_depot_magazine(dep, d, transfer_blocks * class_size(cls));
   if (m != nullptr) {
     std::memcpy(m->blocks, magazine, sizeof(m->blocks));
   } else {

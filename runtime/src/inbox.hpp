@@ -86,11 +86,8 @@ class inbox {
   /// every task take() could reach now, front to back.
   template <class Fn>
   void for_each(Fn&& fn) const {
-    task_header* t = head_;
-    if (t == &stub_) t = link_of(t).load(std::memory_order_acquire);
-    while (t != nullptr) {
+    for (task_header* t = head_; t != nullptr; t = link_of(t).load(std::memory_order_acquire)) {
       if (t != &stub_) fn(t);
-      t = link_of(t).load(std::memory_order_acquire);
     }
   }
 
@@ -116,9 +113,6 @@ class inbox {
 
   static std::atomic_ref<task_header*> link_of(task_header* t) noexcept {
     return std::atomic_ref<task_header*>(t->next);
-  }
-  static std::atomic_ref<task_header*> link_of(task_header const* t) noexcept {
-    return std::atomic_ref<task_header*>(const_cast<task_header*>(t)->next);
   }
 
   // Vyukov's pop: head_ is the oldest node (the stub when the consumer has
