@@ -221,7 +221,9 @@ TEST(Dump, AWorkerStuckInAPollIsNamedAndItsRemoteSpawnsAreQueued) {
   }
   std::uint32_t const waiting_line = __LINE__ - 2;
   // The worker cannot answer while the blocker runs: dump() gives up after
-  // its timeout and says so. Spawns from this thread are listed at once.
+  // its timeout and says so, with the task it is polling. Spawns from this
+  // thread wait in a queue that dump() walks itself (the inbox under p2c,
+  // the global queue under global).
   runtime_dump const d = rt.dump(20ms);
   ASSERT_EQ(d.unanswered_workers, std::vector<std::size_t>{0}) << d;
   std::size_t queued = 0;

@@ -1,5 +1,6 @@
 // The worker inbox (runtime/src/inbox.hpp) and placement::p2c (seed 003):
-//  - the inbox alone: FIFO, batch pushes, the consumer flag, and many
+//  - the inbox alone: FIFO, batch pushes, the owner's take that leaves the
+//    newest task, the look at the consumer's end, the consumer flag, and many
 //    producers against several consumers taking turns (every task taken
 //    once, each producer's tasks in its order);
 //  - the decisions (scheduler_core, one thread, fake tasks): a p2c push goes
@@ -8,7 +9,8 @@
 //    more of a long inbox into its ring while local work waits; a searcher takes
 //    half of another worker's inbox; a worker does not park on a non-empty
 //    inbox; a task that yields while its worker's inbox holds tasks goes
-//    behind them (not under global); the placement RNG follows the seed;
+//    behind them (not under global), yet two tasks that yield in a loop do
+//    not starve the ring; the placement RNG follows the seed;
 //  - whole runtimes with either placement: spawns and wakes from many
 //    outside threads while the workers park and unpark (no lost wake-up),
 //    tasks placed on a worker that is stuck in a 50 ms poll still run
@@ -63,6 +65,60 @@ TEST(Inbox, IsFifoAcrossSinglePushesAndBatches) {
   box.push(t[5]);
   EXPECT_EQ(box.try_take(out, 8), 1u);
   EXPECT_EQ(out[0], t[5]);
+}
+
+// The owner's take (leave_last): the newest task stays when others were
+// taken, so that the stub goes back (an exchange on the producers' tail)
+// only when the last task is taken alone.
+TEST(Inbox, AnOwnersTakeLeavesTheNewestTaskWhenItTookOthers) {
+  spindle_test::fake_tasks t(6);
+  inbox box;
+  for (std::size_t i = 0; i < 3; ++i)
+    box.push(t[i]);
+  task_header* out[8] = {};
+  EXPECT_EQ(box.try_take(out, 8, true), 2u);
+  EXPECT_EQ(out[0], t[0]);
+  EXPECT_EQ(out[1], t[1]);
+  EXPECT_EQ(box.len(), 1u);
+  EXPECT_FALSE(box.is_empty());
+  // Alone, it is taken.
+  EXPECT_EQ(box.try_take(out, 8, true), 1u);
+  EXPECT_EQ(out[0], t[2]);
+  EXPECT_TRUE(box.is_empty());
+  // A task left behind is taken first, before what came after it.
+  box.push(t[3]);
+  box.push(t[4]);
+  EXPECT_EQ(box.try_take(out, 8, true), 1u);
+  EXPECT_EQ(out[0], t[3]);
+  box.push(t[5]);
+  EXPECT_EQ(box.try_take(out, 8, true), 1u);
+  EXPECT_EQ(out[0], t[4]);
+  // Without leave_last (a stealer, the global queue) the take empties it.
+  EXPECT_EQ(box.try_take(out, 8), 1u);
+  EXPECT_EQ(out[0], t[5]);
+  EXPECT_TRUE(box.is_empty());
+  EXPECT_EQ(box.try_take(out, 8, true), 0u);
+}
+
+// may_hold_tasks: the owner's look at the consumer's end, false exactly
+// when a take would find nothing (no producer between its exchange and its
+// link).
+TEST(Inbox, MayHoldTasksIsFalseExactlyWhenNothingIsLeftToTake) {
+  spindle_test::fake_tasks t(3);
+  inbox box;
+  EXPECT_FALSE(box.may_hold_tasks());
+  box.push(t[0]);
+  EXPECT_TRUE(box.may_hold_tasks()) << "a push onto the empty inbox";
+  box.push(t[1]);
+  task_header* out[4] = {};
+  ASSERT_EQ(box.try_take(out, 4, true), 1u);
+  EXPECT_TRUE(box.may_hold_tasks()) << "the task left behind";
+  ASSERT_EQ(box.try_take(out, 4, true), 1u);
+  EXPECT_FALSE(box.may_hold_tasks());
+  box.push(t[2]);
+  EXPECT_TRUE(box.may_hold_tasks()) << "a push after the stub went back";
+  ASSERT_EQ(box.try_take(out, 4), 1u);
+  EXPECT_FALSE(box.may_hold_tasks());
 }
 
 TEST(Inbox, OneConsumerAtATime) {
@@ -283,6 +339,30 @@ TEST(P2c, AYieldWhileTheInboxHoldsTasksGoesBehindThem) {
     g.core.push_remote(g.tasks[i]);
   g.core.schedule_yield(gw, g.tasks[400]);
   EXPECT_EQ(gw->queue.len(), 2u);
+}
+
+// Two tasks that yield in a loop while one task waits in the ring: the
+// owner's take leaves the newest task in the inbox, so with "a yield goes
+// behind the inbox's tasks while any wait there" the two took turns
+// through the inbox, each pick looked at the inbox first, and the ring
+// never ran (spawn_many_remote_busy_batch took 9-30 ms in half of its runs).
+TEST(P2c, TwoTasksThatYieldInALoopLetTheRingRun) {
+  p2c_fixture f(1);
+  worker* w = f.core.workers[0].get();
+  f.core.push_remote(f.tasks[0]);
+  f.core.push_remote(f.tasks[1]);
+  ASSERT_EQ(f.core.next_task(w), f.tasks[0]);  // tasks[1] left in the inbox
+  f.push_to_ring(w, f.tasks[300]);
+  task_header* t = f.tasks[0];
+  std::size_t picks = 0;
+  for (; picks < 50; ++picks) {
+    f.core.schedule_yield(w, t);
+    t = f.core.next_task(w);
+    ASSERT_NE(t, nullptr);
+    if (t == f.tasks[300]) break;
+    ASSERT_TRUE(t == f.tasks[0] || t == f.tasks[1]);
+  }
+  EXPECT_LE(picks, 3u) << "the ring's task waited behind tasks that yield";
 }
 
 TEST(P2c, ASearcherTakesHalfOfAnotherWorkersInbox) {

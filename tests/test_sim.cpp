@@ -359,9 +359,10 @@ class simulation {
     if (next_unused_ == pool_size_) return nullptr;
     std::size_t i = next_unused_;
     // The owned lists and the gate, as the scheduler has them: a spawn from
-    // another thread is listed at once (refused atomically after close); a
-    // worker's spawn reads the gate and is listed when it first suspends.
-    bool const refused = w != nullptr ? owned_.closed() : !owned_.insert(fakes_[i], workers_);
+    // another thread enters the gate (refused after close) and leaves it
+    // once queued (external_spawn); a worker's spawn reads the flag. Either
+    // is listed when it first suspends.
+    bool const refused = w != nullptr ? owned_.closed() : !owned_.enter(1);
     if (refused) {
       ++refused_;
       return nullptr;  // never queued, never lost
@@ -398,6 +399,7 @@ class simulation {
     if (t == nullptr) return;
     SIM_TRACE("external spawn " + std::to_string(fakes_.index(t)));
     push_remote(t);
+    owned_.leave(1);
   }
 
   /// A wake through the real transition; `w`: from that worker's thread

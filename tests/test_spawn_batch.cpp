@@ -161,30 +161,65 @@ TEST(SpawnBatch, Errors) {
 
 // ---- the owned lists
 
-// A batch from outside is listed in shard `workers`, which with 256 workers
-// or more is past the 256 lists and must wrap as insert()'s index does
-// (it went out of bounds: a runtime of 300 workers).
-TEST(SpawnBatch, OwnedListsWrapTheShardIndexOfABatch) {
-  spindle_test::fake_tasks t(4);
+// A task suspended off the workers is listed in shard `workers`, which with
+// 256 workers or more is past the 256 lists and must wrap (a batch from
+// outside went out of bounds once: a runtime of 300 workers).
+TEST(SpawnBatch, OwnedListsWrapTheShardIndexOfTheOtherThreads) {
+  spindle_test::fake_tasks t(3);
   spindle::detail::owned_tasks lists(301);  // 300 workers and the outside's shard
   std::size_t const outside = 300;
-  task_header* batch[3] = {t[0], t[1], t[2]};
-  ASSERT_TRUE(lists.insert_batch(batch, 3, outside));
-  EXPECT_EQ(lists.listed(), 3u) << "the batch went to a list that does not exist";
-  for (task_header* x : batch) {
-    EXPECT_TRUE(x->listed);
-    EXPECT_EQ(x->owned_list, outside % spindle::detail::owned_tasks::max_shards);
+  for (std::size_t i = 0; i < 3; ++i)
+    lists.link(t[i], outside);
+  EXPECT_EQ(lists.listed(), 3u) << "the tasks went to a list that does not exist";
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(t[i]->listed);
+    EXPECT_EQ(t[i]->owned_list, outside % spindle::detail::owned_tasks::max_shards);
   }
   lists.remove(t[1]);
   EXPECT_EQ(lists.listed(), 2u);
-  lists.close();
-  task_header* late[1] = {t[3]};
-  EXPECT_FALSE(lists.insert_batch(late, 1, outside)) << "a closed list took a batch";
-  EXPECT_FALSE(lists.insert(t[3], outside));
   std::size_t popped = 0;
   while (lists.pop_any() != nullptr)
     ++popped;
   EXPECT_EQ(popped, 2u);
+}
+
+// The gate of the spawns from outside: a batch enters as one, is counted,
+// and is refused whole once closed.
+TEST(SpawnBatch, TheGateTakesABatchWholeAndRefusesItOnceClosed) {
+  spindle::detail::owned_tasks lists(3);
+  ASSERT_TRUE(lists.enter(3));
+  lists.leave(3);
+  ASSERT_TRUE(lists.enter(1));
+  lists.leave(1);
+  EXPECT_EQ(lists.spawned_from_outside(), 4u);
+  lists.close();
+  EXPECT_TRUE(lists.closed());
+  EXPECT_FALSE(lists.is_accepting());
+  EXPECT_FALSE(lists.enter(5)) << "a closed gate took a batch";
+  EXPECT_FALSE(lists.enter(1));
+  EXPECT_EQ(lists.spawned_from_outside(), 4u) << "a refused spawn stayed counted";
+  lists.close();  // again: returns at once
+}
+
+// close() returns only once every spawn inside the gate has left: its
+// task is queued before the workers stop, so shutdown finds it.
+TEST(SpawnBatch, CloseWaitsForTheSpawnsInsideTheGate) {
+  spindle::detail::owned_tasks lists(3);
+  ASSERT_TRUE(lists.enter(2));
+  std::atomic<bool> closed{false};
+  std::thread closer([&] {
+    lists.close();
+    closed.store(true);
+  });
+  // The flag is up at once: later spawns are refused while close() waits.
+  while (!lists.closed())
+    std::this_thread::yield();
+  EXPECT_FALSE(lists.enter(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(closed.load()) << "close() returned while a spawn was inside the gate";
+  lists.leave(2);
+  closer.join();
+  EXPECT_TRUE(closed.load());
 }
 
 // ---- the decisions

@@ -47,10 +47,13 @@ void scheduler_core::schedule_yield(worker* w, task_header* task) noexcept {
   // behind the ring's. At the ring's back it ran again after at most a
   // look's take (32 + spill_room), and a loop of yields took that share of
   // the worker while a burst of remote spawns waited
-  // (spawn_many_remote_busy: README). (A function of its own: inside
+  // (spawn_many_remote_busy: README). More than one: the owner's take
+  // leaves the newest task in the inbox (inbox::take), and with "any" two
+  // tasks that yield in a loop took turns through the inbox and never let
+  // the ring run. (A function of its own: inside
   // schedule_local, GCC gave the spawn path through it a worse register
   // allocation, which reloaded `this` from the stack.)
-  if (placement_ == spindle::placement::p2c && w->remote.len() != 0 &&
+  if (placement_ == spindle::placement::p2c && w->remote.len() > 1 &&
       !w->transitioning_to_park.load(std::memory_order_relaxed)) {
     w->polls_since_global = w->global_interval;
     w->remote.push(task);
@@ -278,12 +281,12 @@ task_header* scheduler_core::fetch_global(worker* w) noexcept {
 task_header* scheduler_core::fetch_inbox(worker* w) noexcept {
   // The global queue's rule, for a queue of this worker alone: a batch
   // buffer per look, and what is left beyond it up to spill_room.
-  std::size_t const len = w->remote.len();
-  if (len == 0) return nullptr;
-  std::size_t const beyond = len > worker::batch_capacity ? len - worker::batch_capacity : 0;
+  // The look reads the consumer's end, not len(): len() reads the
+  // producers' count, and a look at every tick took their line away from
+  // them at every push (spawn_many_remote_idle with p2c, README).
+  if (!w->remote.may_hold_tasks()) return nullptr;
   remote_take taken;
-  std::size_t got =
-      w->remote.try_take(taken.data(), worker::batch_capacity + std::min(beyond, spill_room(w)));
+  std::size_t got = w->remote.try_take(taken.data(), worker::batch_capacity + spill_room(w), true);
   if (got == 0) return nullptr;
   return take_spilling(w, taken.data(), got);
 }

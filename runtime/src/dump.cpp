@@ -194,6 +194,21 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
     if ((e.state & sb::complete) == 0) found.push_back(e);
   });
   core_.inject.for_each(note_queued);
+  // The inboxes (placement::p2c): a spawn from outside is listed only once
+  // it suspends. Each is walked under its consumer flag, which a consumer
+  // holds for one take.
+  for (auto& w : core_.workers) {
+    inbox& in = w->remote;
+    while (!in.try_lock_consumer())
+      std::this_thread::yield();
+    try {
+      in.for_each(note_queued);
+    } catch (...) {
+      in.unlock_consumer();
+      throw;
+    }
+    in.unlock_consumer();
+  }
 
   std::vector<bool> answered(n, false);
   std::size_t pending = n;
@@ -216,7 +231,17 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
   runtime_dump d;
   d.workers = n;
   for (std::size_t i = 0; i < n; ++i) {
-    if (!answered[i]) d.unanswered_workers.push_back(i);
+    if (answered[i]) continue;
+    d.unanswered_workers.push_back(i);
+    // What it is polling (worker::running): read, not the task, which may
+    // end meanwhile; kept only if the same task is still published after.
+    worker::running_task const& r = core_.workers[i]->running;
+    task_header const* t = r.task.load(std::memory_order_acquire);
+    if (t == nullptr) continue;
+    worker::dump_entry e{const_cast<task_header*>(t), r.state.load(std::memory_order_relaxed),
+                         r.spawn_site.load(std::memory_order_relaxed), wait_kind::none};
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (r.task.load(std::memory_order_relaxed) == t) found.push_back(e);
   }
   // One entry per task: a task may be both listed and queued (woken after a
   // suspension), or seen twice while it moved (the first report is kept).

@@ -20,7 +20,8 @@
 // Thread-safety: push from any thread; take under the consumer flag, which
 // try_take acquires (any thread; false when another consumer holds it), or
 // under a lock of the owner's that serializes every consumer (global_queue);
-// len/is_empty from any thread (a relaxed estimate while racing).
+// len/is_empty/may_hold_tasks from any thread (a relaxed estimate while
+// racing).
 // Design source: Veloq's per-worker mesh inbox (seed 003), Dmitry Vyukov's
 // intrusive MPSC node-based queue.
 #pragma once
@@ -58,12 +59,17 @@ class inbox {
   void unlock_consumer() noexcept { consuming_.store(false, std::memory_order_release); }
 
   /// Consumer (holding the flag): removes up to `max` tasks from the front in
-  /// FIFO order into out[0..n), their links cleared, and returns n (fewer than len() says while a
-  /// producer is between its exchange and its link).
-  std::size_t take(task_header** out, std::size_t max) noexcept {
+  /// FIFO order into out[0..n), their links cleared, and returns n (fewer
+  /// than len() says while a producer is between its exchange and its
+  /// link). With `leave_last`, the newest linked task stays when others
+  /// were taken (it is taken when it is the only one): taking the last
+  /// task puts the stub back, an exchange on the producers' tail, and an
+  /// owner that keeps up with a stream of pushes took that line away from
+  /// the producers at almost every push.
+  std::size_t take(task_header** out, std::size_t max, bool leave_last = false) noexcept {
     std::size_t n = 0;
     while (n < max) {
-      task_header* task = pop_one();
+      task_header* task = pop_one(!leave_last || n == 0);
       if (task == nullptr) break;
       // No stale link: the task is the caller's now (a producer linked it
       // before pop_one could return it, and nobody writes it again).
@@ -75,9 +81,9 @@ class inbox {
   }
 
   /// take() under the flag, or 0 when another consumer holds it.
-  std::size_t try_take(task_header** out, std::size_t max) noexcept {
+  std::size_t try_take(task_header** out, std::size_t max, bool leave_last = false) noexcept {
     if (!try_lock_consumer()) return 0;
-    std::size_t n = take(out, max);
+    std::size_t n = take(out, max, leave_last);
     unlock_consumer();
     return n;
   }
@@ -86,9 +92,22 @@ class inbox {
   /// every task take() could reach now, front to back.
   template <class Fn>
   void for_each(Fn&& fn) const {
-    for (task_header* t = head_; t != nullptr; t = link_of(t).load(std::memory_order_acquire)) {
+    for (task_header* t = head_.load(std::memory_order_relaxed); t != nullptr;
+         t = link_of(t).load(std::memory_order_acquire)) {
       if (t != &stub_) fn(t);
     }
+  }
+
+  /// The owner's look before a take: false when the consumer's end shows
+  /// nothing to take (the head is the stub, with nothing linked behind it).
+  /// Reads the consumer's line and the stub's, not the producers' count:
+  /// an owner that looks at its inbox at every tick (a loop of yields) does
+  /// not take the producers' line away from them, nor pay the consumer
+  /// flag's RMW. A relaxed estimate while racing, as len().
+  [[nodiscard]] bool may_hold_tasks() const noexcept {
+    task_header const* head = head_.load(std::memory_order_relaxed);
+    return head != &stub_ || std::atomic_ref<task_header*>(const_cast<task_header&>(stub_).next)
+                                     .load(std::memory_order_relaxed) != nullptr;
   }
 
   /// Tasks pushed and not yet taken (an estimate while racing; never
@@ -117,28 +136,29 @@ class inbox {
 
   // Vyukov's pop: head_ is the oldest node (the stub when the consumer has
   // taken everything it could reach).
-  task_header* pop_one() noexcept {
-    task_header* head = head_;
+  task_header* pop_one(bool take_last) noexcept {
+    task_header* head = head_.load(std::memory_order_relaxed);
     task_header* next = link_of(head).load(std::memory_order_acquire);
     if (head == &stub_) {
       if (next == nullptr) return nullptr;
-      head_ = next;
+      head_.store(next, std::memory_order_relaxed);
       head = next;
       next = link_of(next).load(std::memory_order_acquire);
     }
     if (next != nullptr) {
-      head_ = next;
+      head_.store(next, std::memory_order_relaxed);
       return head;
     }
     // `head` is the last linked node: unless a producer is linking behind
     // it, put the stub behind it so that it can be taken.
+    if (!take_last) return nullptr;
     if (head != tail_.load(std::memory_order_acquire)) return nullptr;
     link_of(&stub_).store(nullptr, std::memory_order_relaxed);
     task_header* prev = tail_.exchange(&stub_, std::memory_order_acq_rel);
     link_of(prev).store(&stub_, std::memory_order_release);
     next = link_of(head).load(std::memory_order_acquire);
     if (next != nullptr) {
-      head_ = next;
+      head_.store(next, std::memory_order_relaxed);
       return head;
     }
     return nullptr;
@@ -151,7 +171,9 @@ class inbox {
   alignas(64) std::atomic<task_header*> tail_;
   std::atomic<std::uint64_t> pushed_{0};
   alignas(64) std::atomic<bool> consuming_{false};
-  task_header* head_;                    // guarded by consuming_
+  // Written under consuming_; atomic so that may_hold_tasks() may read it
+  // without the flag.
+  std::atomic<task_header*> head_;
   std::atomic<std::uint64_t> taken_{0};  // written under consuming_
   alignas(64) task_header stub_;
 };

@@ -429,28 +429,21 @@ task_header* scheduler::spawn_from_outside(std::coroutine_handle<> root, promise
   task_header* task = task_header::of_frame(root.address());
   init_root(task, root, promise, spawn_site_id(where));
 
-  // Stamped before it is listed: once listed, shutdown (destroy_unfinished_
-  // tasks) may destroy it at once, and a stamp after that went into a freed
-  // block (found by test_stress's spawns racing shutdown, under ASan).
+  // Stamped before it is queued: once queued, a worker may run and free it
+  // at once.
   task->state.store(
       spawn_stamp(nullptr, slot_.id()) | sb::scheduled | sb::join_interest | 2 * sb::ref_one,
       std::memory_order_relaxed);
-  // From elsewhere: listed at once, under the gate's lock (counted by the
-  // owned list's insert). Under p2c the task is listed in the shard of the
-  // worker whose inbox it goes to, which usually completes it and unlists
-  // it: no shard that every remote spawn and every worker's completions
-  // lock in turn.
-  bool const p2c = core_.placement() == spindle::placement::p2c;
-  std::size_t const target = p2c ? core_.choose_p2c() : core_.workers.size();
-  if (!owned_.insert(task, target)) {
+  // From elsewhere: through the gate, which close() waits on until the task
+  // is queued. Listed only if it suspends, as a worker's spawn
+  // (owned_tasks.hpp): neither this thread nor the worker that completes
+  // it takes a list's lock (each did, on the same line, at every spawn).
+  if (!owned_.enter(1)) {
     refuse_root(task, root);
     return task;
   }
-  if (p2c) {
-    core_.push_inbox_batch(target, task, task, 1);
-  } else {
-    core_.push_remote(task);
-  }
+  core_.push_remote(task);
+  owned_.leave(1);
   return task;
 }
 
@@ -471,11 +464,8 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
     out[i] = task;
   }
   // One look at the gate for the batch: a worker's reads the flag, one from
-  // elsewhere lists the whole batch under one lock (under p2c in the shard
-  // of the worker whose inbox takes it, as spawn_on).
-  bool const p2c = w == nullptr && core_.placement() == spindle::placement::p2c;
-  std::size_t const target = p2c ? core_.choose_p2c() : core_.workers.size();
-  if (w != nullptr ? owned_.closed() : !owned_.insert_batch(out, n, target)) {
+  // elsewhere enters it for the whole batch (as spawn_from_outside).
+  if (w != nullptr ? owned_.closed() : !owned_.enter(n)) {
     for (std::size_t i = 0; i < n; ++i)
       refuse_root(out[i], roots[i].frame);
     return;
@@ -487,11 +477,8 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
   }
   for (std::size_t i = 0; i + 1 < n; ++i)
     out[i]->next = out[i + 1];
-  if (p2c) {
-    core_.push_inbox_batch(target, out[0], out[n - 1], n);
-  } else {
-    core_.push_remote_batch(out[0], out[n - 1], n);
-  }
+  core_.push_remote_batch(out[0], out[n - 1], n);
+  owned_.leave(n);
 }
 
 void scheduler::schedule(task_header* task) noexcept {
@@ -658,8 +645,8 @@ runtime_stats scheduler::stats() const {
   std::uint64_t completed = remote_completed_.load(std::memory_order_acquire);
   for (auto const& w : core_.workers)
     completed += w->counters.completed.get();
-  // The spawns off the workers (each shard read under its lock).
-  std::uint64_t const remote_spawned = owned_.inserted();
+  // The spawns off the workers (counted by the gate).
+  std::uint64_t const remote_spawned = owned_.spawned_from_outside();
   out.total_spawned += remote_spawned;
   std::uint64_t spawned = remote_spawned;
   for (auto const& w : core_.workers)

@@ -277,7 +277,7 @@ class scheduler final : public core_platform {
   std::uint32_t sync_io_per_poll_ = 0;
   // Completions off the workers (block_on threads, abort_here); the workers
   // count theirs in worker_counters::completed, and the spawns off the
-  // workers are counted by the owned list (owned_tasks::inserted). A line
+  // workers are counted by the gate (owned_tasks::spawned_from_outside). A line
   // apart from shutdown_ and the driver pointer, which every worker reads
   // per poll.
   alignas(64) std::atomic<std::uint64_t> remote_completed_{0};

@@ -163,7 +163,8 @@ void join_detach(task_header* task) noexcept {
       // back in the LIFO slot after a poll (woken, or yielded when it was
       // its worker's only work), which a waker, a timer, I/O or a stop
       // callback's abort from another thread can reach, always takes the
-      // CAS of join_detach_general; a spawn from outside is listed at once.
+      // CAS of join_detach_general; a spawn from outside reaches a LIFO
+      // slot only after its first poll.
       // `polled` and `listed` are read only once the task is out of the
       // slot: before that, a rescue may take it and its poll write the
       // same byte (TSan: join_detach's read against
@@ -275,11 +276,21 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   ctx.sync_io_budget = sync_io_per_poll_;
   task->cancel = nullptr;  // until an awaiter says how to withdraw
   task->polled = true;
+  if (w != nullptr) w->publish_running(task, s | sb::running);
   // Tracing (trace.hpp): the one branch of the poll's span, off the path.
   if (tracing(ctx.trace) == nullptr) [[likely]] {
     task->resume_point.resume();
   } else {
     resume_traced(task, ctx.trace);
+  }
+  if (w != nullptr) {
+    // The task may be gone: only its slot is cleared (or the awaiting
+    // task's, alive, published again).
+    if (outer == nullptr) [[likely]] {
+      w->running.task.store(nullptr, std::memory_order_relaxed);
+    } else {
+      w->publish_running(outer, outer->state.load(std::memory_order_relaxed));
+    }
   }
   ctx.current = outer;
   ctx.sync_io_budget = outer_budget;

@@ -170,6 +170,31 @@ struct worker {
   };
   std::vector<dump_entry> dump_found;
 
+  /// The task this worker is polling, for runtime::dump() when the worker
+  /// does not answer (a task that blocks its thread or polls for long): the
+  /// task's address (the dump computes its id from it and never reads the
+  /// task), its state word at the poll's start and its spawn site; `task` is
+  /// null between polls. The owner stores them at each poll's start (task
+  /// last, release) and clears `task` at its end; after an inline poll it
+  /// stores the awaiting task's again. A task polled again after another
+  /// may, in a rare race, be shown with the other's site. On a line of its
+  /// own: the owner writes it at every poll, the dump alone reads it.
+  struct running_task {
+    std::atomic<task_header const*> task{nullptr};
+    std::atomic<std::uint64_t> state{0};
+    std::atomic<std::uint32_t> spawn_site{0};
+  };
+  alignas(64) running_task running;
+  void publish_running(task_header const* task, std::uint64_t state) noexcept {
+    // Pairs with dump()'s acquire fence: a dump that reads a field stored
+    // here then sees `task` changed since (a seqlock's check, the previous
+    // store to `task` standing for its odd count). No instruction on x86.
+    std::atomic_thread_fence(std::memory_order_release);
+    running.state.store(state, std::memory_order_relaxed);
+    running.spawn_site.store(task->spawn_site, std::memory_order_relaxed);
+    running.task.store(task, std::memory_order_release);
+  }
+
   /// Tracing (trace.hpp): this worker's ring, or null when off.
   trace_ring* trace = nullptr;
   timer_shard timers;

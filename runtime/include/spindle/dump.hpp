@@ -15,7 +15,7 @@
 //
 // How it is taken, and what it costs the workers: no worker is ever stopped
 // as a whole. dump() walks the owned-task lists (every task that has been
-// suspended once or was spawned from outside the workers), one shard (one
+// suspended once), one shard (one
 // per worker, one for other threads) at a time under that shard's spinlock,
 // held for the copy of that shard's list only (about 10 ns a task); a
 // worker waits on it only if it suspends or completes such a task of that
@@ -26,11 +26,15 @@
 // branch per tick when there is no request) or when it wakes from its park,
 // by listing its LIFO slot, its batch buffer and its ring (at most 289
 // entries: popped and pushed back in order, a few microseconds), then goes
-// on. The global queue is walked under its mutex. dump() waits at most
+// on. The global queue is walked under its mutex, each worker's inbox
+// (placement::p2c) under its consumer flag. dump() waits at most
 // `timeout` (100 ms by default) for the answers; a worker that does not
 // answer in time (a task that blocks its thread, or a very long poll) is
-// named in `unanswered_workers`, and only its queued, never-suspended tasks
-// are missing. The snapshot is not atomic: a task that moves between queues
+// named in `unanswered_workers`, with the task it is polling (as running;
+// each worker publishes its current task's address, state word and spawn
+// site at every poll, three stores to a line of its own), and only the
+// never-suspended tasks in its LIFO slot, batch buffer and ring are
+// missing. The snapshot is not atomic: a task that moves between queues
 // while it is taken may be missed or, with the same id, reported once.
 //
 // Thread-safety: dump() may be called from any thread, including from a
