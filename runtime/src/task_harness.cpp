@@ -276,22 +276,18 @@ void scheduler::poll_held(worker* w, task_header* task, std::uint64_t s) noexcep
   ctx.sync_io_budget = sync_io_per_poll_;
   task->cancel = nullptr;  // until an awaiter says how to withdraw
   task->polled = true;
-  if (w != nullptr) w->publish_running(task, s | sb::running);
+  // For dump() (worker::running): a poll run inline stays under the task
+  // that awaits it, which is running too, and costs nothing here.
+  bool const publish = w != nullptr && outer == nullptr;
+  if (publish) w->publish_running(task, s | sb::running);
   // Tracing (trace.hpp): the one branch of the poll's span, off the path.
   if (tracing(ctx.trace) == nullptr) [[likely]] {
     task->resume_point.resume();
   } else {
     resume_traced(task, ctx.trace);
   }
-  if (w != nullptr) {
-    // The task may be gone: only its slot is cleared (or the awaiting
-    // task's, alive, published again).
-    if (outer == nullptr) [[likely]] {
-      w->running.task.store(nullptr, std::memory_order_relaxed);
-    } else {
-      w->publish_running(outer, outer->state.load(std::memory_order_relaxed));
-    }
-  }
+  // The task may be gone: only the slot is cleared.
+  if (publish) w->running.task.store(nullptr, std::memory_order_relaxed);
   ctx.current = outer;
   ctx.sync_io_budget = outer_budget;
   bool const yielded = std::exchange(ctx.yielded, false);

@@ -175,10 +175,11 @@ struct worker {
   /// task's address (the dump computes its id from it and never reads the
   /// task), its state word at the poll's start and its spawn site; `task` is
   /// null between polls. The owner stores them at each poll's start (task
-  /// last, release) and clears `task` at its end; after an inline poll it
-  /// stores the awaiting task's again. A task polled again after another
-  /// may, in a rare race, be shown with the other's site. On a line of its
-  /// own: the owner writes it at every poll, the dump alone reads it.
+  /// last, release) and clears `task` at its end; a poll run inline (a
+  /// join) leaves the awaiting task there, which is running too. A task
+  /// polled again after another may, in a rare race, be shown with the
+  /// other's site. On a line of its own: the owner writes it at every poll,
+  /// the dump alone reads it.
   struct running_task {
     std::atomic<task_header const*> task{nullptr};
     std::atomic<std::uint64_t> state{0};
