@@ -211,7 +211,8 @@ TEST(SpawnBatch, CloseWaitsForTheSpawnsInsideTheGate) {
     lists.close();
     closed.store(true);
   });
-  // The flag is up at once: later spawns are refused while close() waits.
+  // The flag is up at once (closed() reads true only after the gate's bit
+  // is set): later spawns are refused while close() waits.
   while (!lists.closed())
     std::this_thread::yield();
   EXPECT_FALSE(lists.enter(1));

@@ -99,8 +99,9 @@ class owned_tasks {
   /// Returns once every spawn that entered before has left (its task is
   /// queued). Closing again returns at once.
   void close() noexcept {
-    closed_.store(true, std::memory_order_release);
+    // The gate's bit first: once closed() reads true, enter() refuses too.
     std::uint64_t const entered = gate_entered_.fetch_or(1, std::memory_order_acq_rel);
+    closed_.store(true, std::memory_order_release);
     if ((entered & 1) != 0) return;
     // Every enter() before the flag was accepted and ends with its
     // leave(); every one after it sees the flag (one modification order).
