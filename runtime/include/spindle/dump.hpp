@@ -32,8 +32,9 @@
 // answer in time (a task that blocks its thread, or a very long poll) is
 // named in `unanswered_workers`, with the task it is polling (as running;
 // each worker publishes its current task's address, state word and spawn
-// site at every poll, three stores to a line of its own; a poll run inline
-// by a join shows as the awaiting task's), and only the
+// site at every poll that is not run inline, three stores to a line of its
+// own at the poll's start and one at its end; a poll run inline by a join
+// shows as the awaiting task's), and only the
 // never-suspended tasks in its LIFO slot, batch buffer and ring are
 // missing. The snapshot is not atomic: a task that moves between queues
 // while it is taken may be missed or, with the same id, reported once.
