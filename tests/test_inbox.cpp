@@ -220,6 +220,40 @@ TEST(P2c, APushGoesToTheLessLoadedOfTwoWorkers) {
   EXPECT_EQ(f.core.workers[1]->remote.len(), 15u);
 }
 
+// One read of a worker's load serves scheduler_core::p2c_refresh_draws
+// draws (16); between reads the pushes count the tasks they placed there.
+TEST(P2c, ALoadReadServesSixteenDrawsAndThenIsReadAgain) {
+  static_assert(scheduler_core::p2c_refresh_draws == 16);
+  p2c_fixture f(2);
+  worker* w0 = f.core.workers[0].get();
+  worker* w1 = f.core.workers[1].get();
+  // Draw 1 reads both loads (0 and 0).
+  f.core.push_remote(f.tasks[0]);
+  // Worker 0's ring fills after that read: draws 2-16 do not see it, and
+  // split the 16 pushes 8 / 8 on their own counts alone.
+  for (std::size_t i = 0; i < 10; ++i)
+    f.push_to_ring(w0, f.tasks[100 + i]);
+  for (std::size_t i = 1; i < 16; ++i)
+    f.core.push_remote(f.tasks[i]);
+  EXPECT_EQ(w0->remote.len(), 8u);
+  EXPECT_EQ(w1->remote.len(), 8u);
+  // Draw 17 reads again: 18 against 8, and the next 10 pushes all go to
+  // worker 1, which the view still counts right while nobody takes.
+  for (std::size_t i = 16; i < 26; ++i)
+    f.core.push_remote(f.tasks[i]);
+  EXPECT_EQ(w0->remote.len(), 8u);
+  EXPECT_EQ(w1->remote.len(), 18u);
+  // A batch counts all its tasks: 7 more at once go to one of the two
+  // (18 / 18 is a tie), and the next push to the other.
+  for (std::size_t i = 26; i < 32; ++i)
+    f.tasks[i]->next = f.tasks[i + 1];
+  f.core.push_remote_batch(f.tasks[26], f.tasks[32], 7);
+  std::size_t const with_batch = w0->remote.len() == 15u ? 0 : 1;
+  EXPECT_EQ(f.core.workers[with_batch]->remote.len(), 15u + 10u * with_batch);
+  f.core.push_remote(f.tasks[33]);
+  EXPECT_EQ(f.core.workers[1 - with_batch]->remote.len(), 9u + 10u * (1 - with_batch));
+}
+
 TEST(P2c, APushClaimsItsWorkerWhenItIsParked) {
   p2c_fixture f(4);
   for (auto& w : f.core.workers) {

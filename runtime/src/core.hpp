@@ -157,9 +157,15 @@ class scheduler_core {
   /// target choose_p2c drew).
   void push_inbox_batch(std::size_t target, task_header* first, task_header* last,
                         std::size_t count) noexcept;
-  /// The worker push_remote's p2c placement picks next (the placement RNG
-  /// advances). Any thread.
-  [[nodiscard]] std::size_t choose_p2c() noexcept;
+  /// The worker push_remote's p2c placement picks for `count` tasks (the
+  /// placement RNG advances, and the count is added to that worker's load
+  /// in the producers' view of the loads). A worker's load is read from
+  /// its lines at most once every p2c_refresh_draws draws; the draws in
+  /// between use the value read plus the tasks placed on it since. Any
+  /// thread.
+  [[nodiscard]] std::size_t choose_p2c(std::size_t count = 1) noexcept;
+  /// How many draws one read of a worker's load serves (choose_p2c).
+  static constexpr std::uint64_t p2c_refresh_draws = 16;
   /// For a helper outside the workers (block_on): one task from the global
   /// queue or any inbox, or nullptr.
   [[nodiscard]] task_header* take_remote() noexcept;
@@ -337,6 +343,18 @@ class scheduler_core {
   // RMW; two producers racing may draw the same pair, which is harmless.
   // Deterministic for one producer (the simulation).
   alignas(64) std::atomic<std::uint64_t> p2c_rng_;
+  // Draws made (the first is 1), on the RNG's line: written by the same
+  // producers.
+  std::atomic<std::uint64_t> p2c_draws_{0};
+  // The producers' view of each worker's load (choose_p2c): the value last
+  // read from the worker's lines plus the tasks placed on it since, and the
+  // draw that read it (0: never). Relaxed loads and stores, no RMW, as the
+  // RNG: producers racing may lose a count, which the next read corrects.
+  struct seen_load {
+    std::atomic<std::uint64_t> load{0};
+    std::atomic<std::uint64_t> read_at{0};
+  };
+  std::unique_ptr<seen_load[]> p2c_seen_;
 };
 
 }  // namespace spindle::detail

@@ -98,8 +98,12 @@ enum class placement : std::uint8_t {
   global,
   /// Power of two choices: the task goes into the inbox of the less loaded
   /// of two workers drawn by the runtime's seeded RNG (load: its ring's
-  /// length plus its inbox's, read without synchronisation), which is
-  /// woken if it is parked. A worker looks at its inbox before the global
+  /// length plus its inbox's, read without synchronisation once every 16
+  /// draws; the draws between add the tasks they placed to the value read,
+  /// as in Mitzenmacher's "How useful is old information?" (2000): two
+  /// choices stay balanced on loads that old, and a stream of spawns does
+  /// not miss on two workers' lines at every spawn), which is woken if it
+  /// is parked. A worker looks at its inbox before the global
   /// queue, with the global queue's batch and fairness rules; searching
   /// workers take from other workers' inboxes too, so a task never waits
   /// behind a busy or sleeping owner while another worker is idle, and a
