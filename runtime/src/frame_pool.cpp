@@ -604,6 +604,18 @@ namespace {
 }
 }  // namespace
 
+namespace {
+/// Asks for the cache line at `p` in a state that a store may write
+/// (PREFETCHW on x86-64: executed as a no-op by CPUs without it).
+[[gnu::always_inline]] inline void prefetch_for_write(void const* p) noexcept {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<char const*>(p)));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+}  // namespace
+
 void* task_frame_allocate(std::size_t bytes) {
   std::size_t const total = task_frame_prefix + bytes;
   std::size_t const cls = fine_class_of(total);
@@ -611,6 +623,18 @@ void* task_frame_allocate(std::size_t bytes) {
   if (!can_pop(cls, count)) [[unlikely]]
     return task_frame_allocate_slow(total);
   void* block = pop_fine(cls, count);
+  // The next block this magazine gives out: its header and the frame's
+  // first line, which the next spawn writes at once. A block a task
+  // completed on another worker is a line in that worker's cache, and the
+  // spawn that writes it waits for the transfer at its first atomic RMW
+  // (perf on spawn_many_remote_idle: 70% of spawn_from_outside's samples on
+  // the gate's fetch_add, right after the header's stores); asked for here,
+  // the transfer overlaps the rest of this spawn.
+  if (count > 2) {
+    auto const* next = static_cast<char const*>(local_pool().magazines[cls][count - 3]);
+    prefetch_for_write(next);
+    prefetch_for_write(next + task_frame_prefix);
+  }
   // An empty header: state 0 says "never spawned" to task_frame_deallocate.
   ::new (block) task_header;
   return static_cast<char*>(block) + task_frame_prefix;
