@@ -201,13 +201,12 @@ runtime_dump scheduler::dump(std::chrono::milliseconds timeout) {
     inbox& in = w->remote;
     while (!in.try_lock_consumer())
       std::this_thread::yield();
-    try {
-      in.for_each(note_queued);
-    } catch (...) {
-      in.unlock_consumer();
-      throw;
-    }
-    in.unlock_consumer();
+    // Released on every way out, note_queued's throw (bad_alloc) included.
+    struct consumer_guard {
+      inbox& held;
+      ~consumer_guard() { held.unlock_consumer(); }
+    } const guard{in};
+    in.for_each(note_queued);
   }
 
   std::vector<bool> answered(n, false);
