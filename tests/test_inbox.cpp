@@ -18,10 +18,12 @@
 //    the burst of 1,000 spawns that waited in its worker's inbox.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -252,6 +254,58 @@ TEST(P2c, ALoadReadServesSixteenDrawsAndThenIsReadAgain) {
   EXPECT_EQ(f.core.workers[with_batch]->remote.len(), 15u + 10u * with_batch);
   f.core.push_remote(f.tasks[33]);
   EXPECT_EQ(f.core.workers[1 - with_batch]->remote.len(), 9u + 10u * (1 - with_batch));
+}
+
+// The view's loads are up to 16 draws old while the workers take from their
+// inboxes. The placement must still keep the inboxes close to even, where
+// drawing one worker at random does not: in a steady state of 256 queued
+// tasks over 8 workers (each step one push, and one take from the inbox of
+// a worker drawn at random), the fullest inbox is compared with the mean.
+TEST(P2c, TheLoadViewKeepsTheInboxesEvenWhileTheWorkersTake) {
+  constexpr std::size_t n = 8;
+  constexpr std::size_t queued = 256;
+  constexpr std::size_t steps = 20'000;
+  p2c_fixture f(n);
+  std::vector<task_header*> spare;
+  for (std::size_t i = 0; i < f.tasks.size(); ++i)
+    spare.push_back(f.tasks[i]);
+  auto push_one = [&] {
+    task_header* t = spare.back();
+    spare.pop_back();
+    f.core.push_remote(t);
+  };
+  for (std::size_t i = 0; i < queued; ++i)
+    push_one();
+  std::mt19937_64 takes(42);
+  std::size_t worst_p2c = 0;
+  for (std::size_t step = 0; step < steps; ++step) {
+    worker* w = f.core.workers[takes() % n].get();
+    task_header* t = nullptr;
+    if (w->remote.try_take(&t, 1) == 1) {
+      spare.push_back(t);
+      push_one();
+    }
+    for (auto& each : f.core.workers)
+      worst_p2c = std::max(worst_p2c, each->remote.len());
+  }
+  // The same steps with one worker drawn at random per push.
+  std::mt19937_64 places(7);
+  std::mt19937_64 takes_again(42);
+  std::vector<std::size_t> len(n, 0);
+  for (std::size_t i = 0; i < queued; ++i)
+    ++len[places() % n];
+  std::size_t worst_random = 0;
+  for (std::size_t step = 0; step < steps; ++step) {
+    std::size_t const w = takes_again() % n;
+    if (len[w] != 0) {
+      --len[w];
+      ++len[places() % n];
+    }
+    worst_random = std::max(worst_random, *std::max_element(len.begin(), len.end()));
+  }
+  std::size_t const mean = queued / n;
+  EXPECT_LE(worst_p2c, mean + 16) << "p2c's fullest inbox (mean " << mean << ")";
+  EXPECT_GT(worst_random, mean + 16) << "random placement's fullest inbox (mean " << mean << ")";
 }
 
 TEST(P2c, APushClaimsItsWorkerWhenItIsParked) {
