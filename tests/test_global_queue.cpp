@@ -57,51 +57,6 @@ TEST(GlobalQueue, PushPopIsFifo) {
   EXPECT_EQ(q.pop(), nullptr);
 }
 
-// push_array (a run queue's overflow): one node that holds the tasks'
-// pointers; consumers take its tasks in order across takes, between the
-// linked tasks pushed before and after it, and for_each sees what is left.
-TEST(GlobalQueue, AnArrayPushIsTakenInOrderAcrossTakes) {
-  fake_tasks tasks(140);
-  global_queue q;
-  q.push(tasks[0]);
-  std::vector<task_header*> array;
-  for (std::size_t i = 1; i <= 129; ++i)
-    array.push_back(tasks[i]);
-  q.push_array(array.data(), array.size());
-  q.push(tasks[130]);
-  EXPECT_EQ(q.len(), 131u);
-  std::vector<task_header*> got(140, nullptr);
-  ASSERT_EQ(q.pop_batch(got.data(), 50), 50u);
-  for (std::size_t i = 0; i < 50; ++i)
-    EXPECT_EQ(got[i], tasks[i]) << i;
-  EXPECT_EQ(q.len(), 81u);
-  std::vector<task_header*> seen;
-  q.for_each([&](task_header* t) { seen.push_back(t); });
-  ASSERT_EQ(seen.size(), 81u);
-  for (std::size_t i = 0; i < 81; ++i)
-    EXPECT_EQ(seen[i], tasks[50 + i]) << i;
-  ASSERT_EQ(q.pop_batch(got.data(), 60), 60u);
-  for (std::size_t i = 0; i < 60; ++i)
-    EXPECT_EQ(got[i], tasks[50 + i]) << i;
-  ASSERT_EQ(q.pop_batch(got.data(), 100), 21u);
-  for (std::size_t i = 0; i < 21; ++i) {
-    EXPECT_EQ(got[i], tasks[110 + i]) << i;
-    EXPECT_EQ(got[i]->next, nullptr) << "popped task keeps a stale link";
-  }
-  EXPECT_TRUE(q.is_empty());
-  EXPECT_EQ(q.pop(), nullptr);
-  // More than a chunk holds: linked instead, same order.
-  std::vector<task_header*> big;
-  for (std::size_t i = 0; i < 135; ++i)
-    big.push_back(tasks[i]);
-  q.push_array(big.data(), big.size());
-  ASSERT_EQ(q.pop_batch(got.data(), 140), 135u);
-  for (std::size_t i = 0; i < 135; ++i) {
-    EXPECT_EQ(got[i], tasks[i]) << i;
-    EXPECT_EQ(got[i]->next, nullptr) << i;
-  }
-}
-
 TEST(GlobalQueue, PushBatchAppendsInOrder) {
   fake_tasks tasks(20);
   global_queue q;

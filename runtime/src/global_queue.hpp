@@ -44,12 +44,6 @@ class global_queue {
     queue_.push(first, last, count);
   }
 
-  /// Appends tasks[0..n) in order as one node holding their pointers
-  /// (inbox::push_array).
-  void push_array(task_header* const* tasks, std::size_t n) noexcept {
-    queue_.push_array(tasks, n);
-  }
-
   /// Removes up to `max` tasks from the front, writing them to out[0..n).
   /// Returns n (fewer than len() says while a producer is between its
   /// exchange and its link: inbox.hpp).

@@ -9,10 +9,7 @@
 // raises (each on its own side's cache line), and a consumer
 // flag: whoever holds it (the owning worker, a stealer, a block_on thread
 // helping) is the single consumer for that moment. A batch of tasks, already
-// linked first..last, is pushed with one exchange; so is an array of up to
-// 129 tasks (push_array: a run queue's overflow), as one node that holds
-// their pointers (a task_chunk), which consumers take from in order across
-// takes.
+// linked first..last, is pushed with one exchange.
 //
 // A producer preempted between its exchange and its link hides the nodes
 // behind it until it links (Vyukov's window): take() then returns fewer
@@ -29,43 +26,17 @@
 // intrusive MPSC node-based queue.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <new>
 
 #include "spindle/detail/task_header.hpp"
 
 namespace spindle::detail {
 
-/// A node that carries up to task_chunk::capacity tasks as an array of
-/// pointers (push_array: a run queue's overflow of 128 + 1). Its `node` is
-/// what the list links; node.resume_point is chunk_tag, which no task's is.
-/// A consumer that took the node takes its tasks from the array, front to
-/// back, and frees the chunk with the last one.
-struct task_chunk {
-  static constexpr std::uint32_t capacity = 129;
-  task_header node;
-  std::uint32_t count = 0;
-  std::uint32_t taken = 0;  // written by the consumer holding the node
-  task_header* tasks[capacity];
-};
-inline char chunk_tag = 0;
-
 class inbox {
  public:
   inbox() noexcept : tail_(&stub_), head_(&stub_) {}
-  /// Frees the chunks still queued (their tasks are the owner's to drain
-  /// before: runtime shutdown empties every queue first).
-  ~inbox() {
-    delete partial_.load(std::memory_order_relaxed);
-    for (task_header* t = head_.load(std::memory_order_relaxed); t != nullptr;) {
-      task_header* next = link_of(t).load(std::memory_order_relaxed);
-      if (t != &stub_ && is_chunk(t)) delete chunk_of(t);
-      t = next;
-    }
-  }
   inbox(inbox const&) = delete;
   inbox& operator=(inbox const&) = delete;
 
@@ -79,34 +50,6 @@ class inbox {
     pushed_.fetch_add(count, std::memory_order_seq_cst);
   }
   void push(task_header* task) noexcept { push(task, task, 1); }
-
-  /// Appends tasks[0..n) in this order as one node holding their pointers
-  /// (a task_chunk), with one exchange; linked through next as push() does
-  /// when n exceeds a chunk or the chunk's allocation fails. A task in a
-  /// chunk has its link cleared here, as take() clears a linked one. A
-  /// consumer then reads the pointers from the chunk's lines instead of
-  /// following a link into each task's header, one transfer after the
-  /// other. Any thread.
-  void push_array(task_header* const* tasks, std::size_t n) noexcept {
-    if (n == 0) return;
-    if (n <= task_chunk::capacity) {
-      if (auto* chunk = new (std::nothrow) task_chunk) {
-        chunk->node.resume_point = std::coroutine_handle<>::from_address(&chunk_tag);
-        chunk->count = static_cast<std::uint32_t>(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          // Taken tasks have no link (take()); a stale one is cleared here,
-          // where reading it is a load that others overlap, not a chase.
-          if (tasks[i]->next != nullptr) tasks[i]->next = nullptr;
-          chunk->tasks[i] = tasks[i];
-        }
-        push(&chunk->node, &chunk->node, n);
-        return;
-      }
-    }
-    for (std::size_t i = 0; i + 1 < n; ++i)
-      tasks[i]->next = tasks[i + 1];
-    push(tasks[0], tasks[n - 1], n);
-  }
 
   /// Acquires the consumer flag: true when the caller may take().
   [[nodiscard]] bool try_lock_consumer() noexcept {
@@ -126,16 +69,8 @@ class inbox {
   std::size_t take(task_header** out, std::size_t max, bool leave_last = false) noexcept {
     std::size_t n = 0;
     while (n < max) {
-      if (task_chunk* chunk = partial_.load(std::memory_order_relaxed)) {
-        n += take_from(chunk, out + n, max - n);
-        continue;
-      }
       task_header* task = pop_one(!leave_last || n == 0);
       if (task == nullptr) break;
-      if (is_chunk(task)) {
-        partial_.store(chunk_of(task), std::memory_order_relaxed);
-        continue;
-      }
       // No stale link: the task is the caller's now (a producer linked it
       // before pop_one could return it, and nobody writes it again).
       link_of(task).store(nullptr, std::memory_order_relaxed);
@@ -157,19 +92,9 @@ class inbox {
   /// every task take() could reach now, front to back.
   template <class Fn>
   void for_each(Fn&& fn) const {
-    auto each_of = [&fn](task_chunk const* chunk) {
-      for (std::uint32_t i = chunk->taken; i < chunk->count; ++i)
-        fn(chunk->tasks[i]);
-    };
-    if (task_chunk const* chunk = partial_.load(std::memory_order_relaxed)) each_of(chunk);
     for (task_header* t = head_.load(std::memory_order_relaxed); t != nullptr;
          t = link_of(t).load(std::memory_order_acquire)) {
-      if (t == &stub_) continue;
-      if (is_chunk(t)) {
-        each_of(chunk_of(t));
-      } else {
-        fn(t);
-      }
+      if (t != &stub_) fn(t);
     }
   }
 
@@ -181,9 +106,8 @@ class inbox {
   /// flag's RMW. A relaxed estimate while racing, as len().
   [[nodiscard]] bool may_hold_tasks() const noexcept {
     task_header const* head = head_.load(std::memory_order_relaxed);
-    return partial_.load(std::memory_order_relaxed) != nullptr || head != &stub_ ||
-           std::atomic_ref<task_header*>(const_cast<task_header&>(stub_).next)
-                   .load(std::memory_order_relaxed) != nullptr;
+    return head != &stub_ || std::atomic_ref<task_header*>(const_cast<task_header&>(stub_).next)
+                                     .load(std::memory_order_relaxed) != nullptr;
   }
 
   /// Tasks pushed and not yet taken (an estimate while racing; never
@@ -204,28 +128,6 @@ class inbox {
   // not counted them yet (the count follows the link).
   static std::size_t difference(std::uint64_t pushed, std::uint64_t taken) noexcept {
     return pushed > taken ? static_cast<std::size_t>(pushed - taken) : 0;
-  }
-
-  static bool is_chunk(task_header const* t) noexcept {
-    return t->resume_point.address() == &chunk_tag;
-  }
-  static task_chunk* chunk_of(task_header* t) noexcept {
-    return reinterpret_cast<task_chunk*>(t);  // node is the first member
-  }
-  static task_chunk const* chunk_of(task_header const* t) noexcept {
-    return chunk_of(const_cast<task_header*>(t));
-  }
-  // Consumer: up to `max` of the chunk's tasks into out; frees the chunk
-  // with its last task.
-  std::size_t take_from(task_chunk* chunk, task_header** out, std::size_t max) noexcept {
-    std::size_t const n = std::min<std::size_t>(max, chunk->count - chunk->taken);
-    std::copy_n(chunk->tasks + chunk->taken, n, out);
-    chunk->taken += static_cast<std::uint32_t>(n);
-    if (chunk->taken == chunk->count) {
-      partial_.store(nullptr, std::memory_order_relaxed);
-      delete chunk;
-    }
-    return n;
   }
 
   static std::atomic_ref<task_header*> link_of(task_header* t) noexcept {
@@ -273,9 +175,6 @@ class inbox {
   // without the flag.
   std::atomic<task_header*> head_;
   std::atomic<std::uint64_t> taken_{0};  // written under consuming_
-  // A chunk the consumer took and has not emptied yet (written under
-  // consuming_; atomic so that may_hold_tasks() may read it).
-  std::atomic<task_chunk*> partial_{nullptr};
   alignas(64) task_header stub_;
 };
 

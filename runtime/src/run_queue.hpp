@@ -195,18 +195,27 @@ class run_queue {
                                        std::memory_order_relaxed)) {
       return false;
     }
-    // The claimed slots are ours now: one array of them and `task`, pushed
-    // as one node (global_queue::push_array).
-    static_assert(overflow_batch + 1 <= task_chunk::capacity);
-    task_header* batch[overflow_batch + 1];
-    std::size_t n = 0;
+    // The claimed slots are ours now: link them (and `task`) into one batch.
+    task_header* first = nullptr;
+    task_header* prev = nullptr;
+    std::size_t n = 1;
     for (std::uint32_t i = 0; i < overflow_batch; ++i) {
       task_header* t = slots_[(head + i) & mask].load(std::memory_order_relaxed);
       if (drop_stale != nullptr && drop_stale(t)) continue;
-      batch[n++] = t;
+      if (prev != nullptr) {
+        prev->next = t;
+      } else {
+        first = t;
+      }
+      prev = t;
+      ++n;
     }
-    batch[n++] = task;
-    overflow.push_array(batch, n);
+    if (prev != nullptr) {
+      prev->next = task;
+    } else {
+      first = task;
+    }
+    overflow.push_batch(first, task, n);
     return true;
   }
 
