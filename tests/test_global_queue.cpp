@@ -18,6 +18,7 @@
 namespace {
 
 using spindle::detail::global_queue;
+using spindle::detail::task_chain;
 using spindle::detail::task_header;
 using spindle_test::fake_tasks;
 
@@ -55,6 +56,57 @@ TEST(GlobalQueue, PushPopIsFifo) {
   }
   EXPECT_TRUE(q.is_empty());
   EXPECT_EQ(q.pop(), nullptr);
+}
+
+// A task_chain (a run queue's overflow): chunks that hold the tasks'
+// pointers; consumers take their tasks in order across takes, between the
+// linked tasks pushed before and after them, and for_each sees what is left.
+TEST(GlobalQueue, AChainOfChunksIsTakenInOrderAcrossTakes) {
+  fake_tasks tasks(140);
+  global_queue q;
+  q.push(tasks[0]);
+  task_chain chain;
+  for (std::size_t i = 1; i <= 129; ++i)
+    chain.append(tasks[i]);
+  ASSERT_EQ(chain.first(), chain.last()) << "129 tasks fill one chunk";
+  q.push_chain(chain);
+  q.push(tasks[130]);
+  EXPECT_EQ(q.len(), 131u);
+  std::vector<task_header*> got(140, nullptr);
+  ASSERT_EQ(q.pop_batch(got.data(), 50), 50u);
+  for (std::size_t i = 0; i < 50; ++i)
+    EXPECT_EQ(got[i], tasks[i]) << i;
+  EXPECT_EQ(q.len(), 81u);
+  std::vector<task_header*> seen;
+  q.for_each([&](task_header* t) { seen.push_back(t); });
+  ASSERT_EQ(seen.size(), 81u);
+  for (std::size_t i = 0; i < 81; ++i)
+    EXPECT_EQ(seen[i], tasks[50 + i]) << i;
+  ASSERT_EQ(q.pop_batch(got.data(), 60), 60u);
+  for (std::size_t i = 0; i < 60; ++i)
+    EXPECT_EQ(got[i], tasks[50 + i]) << i;
+  ASSERT_EQ(q.pop_batch(got.data(), 100), 21u);
+  for (std::size_t i = 0; i < 21; ++i) {
+    EXPECT_EQ(got[i], tasks[110 + i]) << i;
+    EXPECT_EQ(got[i]->next, nullptr) << "popped task keeps a stale link";
+  }
+  EXPECT_TRUE(q.is_empty());
+  EXPECT_EQ(q.pop(), nullptr);
+  // More than a chunk holds: two chunks, linked, same order; a stale link
+  // is cleared.
+  tasks[3]->next = tasks[7];
+  task_chain big;
+  for (std::size_t i = 0; i < 135; ++i)
+    big.append(tasks[i]);
+  ASSERT_NE(big.first(), big.last());
+  EXPECT_EQ(big.count(), 135u);
+  q.push_chain(big);
+  EXPECT_EQ(q.len(), 135u);
+  ASSERT_EQ(q.pop_batch(got.data(), 140), 135u);
+  for (std::size_t i = 0; i < 135; ++i) {
+    EXPECT_EQ(got[i], tasks[i]) << i;
+    EXPECT_EQ(got[i]->next, nullptr) << i;
+  }
 }
 
 TEST(GlobalQueue, PushBatchAppendsInOrder) {

@@ -124,9 +124,10 @@ void scheduler_core::schedule_local_batch(worker* w, task_header* const* tasks,
                                           std::size_t n) noexcept {
   if (n == 0) return;
   if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
-    for (std::size_t i = 0; i + 1 < n; ++i)
-      tasks[i]->next = tasks[i + 1];
-    push_global(tasks[0], tasks[n - 1], n);
+    task_chain chain;
+    for (std::size_t i = 0; i < n; ++i)
+      chain.append(tasks[i]);
+    push_global(chain.first(), chain.last(), chain.count());
     return;
   }
   // As schedule_local's ring push: a sibling is notified when the ring was

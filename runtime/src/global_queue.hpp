@@ -44,6 +44,10 @@ class global_queue {
     queue_.push(first, last, count);
   }
 
+  /// Appends a task_chain's run (tasks in chunks: inbox.hpp) with one
+  /// exchange.
+  void push_chain(task_chain const& chain) noexcept { queue_.push(chain); }
+
   /// Removes up to `max` tasks from the front, writing them to out[0..n).
   /// Returns n (fewer than len() says while a producer is between its
   /// exchange and its link: inbox.hpp).

@@ -9,7 +9,9 @@
 // raises (each on its own side's cache line), and a consumer
 // flag: whoever holds it (the owning worker, a stealer, a block_on thread
 // helping) is the single consumer for that moment. A batch of tasks, already
-// linked first..last, is pushed with one exchange.
+// linked first..last, is pushed with one exchange; so is a task_chain, whose
+// nodes are chunks that hold up to 129 tasks' pointers each (a run queue's
+// overflow), which consumers take from in order across takes.
 //
 // A producer preempted between its exchange and its link hides the nodes
 // behind it until it links (Vyukov's window): take() then returns fewer
@@ -26,17 +28,96 @@
 // intrusive MPSC node-based queue.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 #include "spindle/detail/task_header.hpp"
 
 namespace spindle::detail {
 
+/// A node that carries up to task_chunk::capacity tasks as an array of
+/// pointers (built by task_chain: a run queue's overflow of 128 + 1 fills
+/// one). Its `node` is what the list links. Its node.waits_on holds
+/// chunk_mark, a value outside wait_kind's enumerators, which no task's ever
+/// holds: waits_on is atomic, so a consumer may read it relaxed while a
+/// task's poller writes the task's other fields (an entry can be stale: a
+/// joiner that claimed a queued task runs it inline while the entry waits
+/// for a consumer to release it). A consumer that took the
+/// node takes its tasks from the array, front to back, across takes, and
+/// frees the chunk with the last one.
+struct task_chunk {
+  static constexpr std::uint32_t capacity = 129;
+  task_header node;
+  std::uint32_t count = 0;
+  std::uint32_t taken = 0;  // written by the consumer holding the node
+  task_header* tasks[capacity];
+};
+inline constexpr auto chunk_mark = static_cast<wait_kind>(0xff);
+static_assert(static_cast<std::uint8_t>(wait_kind::fiber) < 0xff,
+              "chunk_mark must be no enumerator of wait_kind");
+
+/// Builds a run of tasks, in order, that one exchange appends (inbox::push,
+/// global_queue::push_batch): the tasks go into task_chunks, linked one
+/// after the other, so that a consumer reads their pointers from the
+/// chunks' lines instead of following a link into each task's header (a
+/// transfer from the pusher's cache per task, one after the other:
+/// fetch_global's cost in spawn_many_local). A task for which no chunk can
+/// be allocated is linked itself, as before chunks. One thread; the run
+/// must be pushed (an empty one needs not be).
+class task_chain {
+ public:
+  void append(task_header* task) noexcept {
+    // A task taken from a queue has no link (inbox::take); one that has a
+    // stale link gets it cleared here, where the load overlaps the others.
+    if (task->next != nullptr) task->next = nullptr;
+    ++count_;
+    if (chunk_ == nullptr || chunk_->count == task_chunk::capacity) {
+      chunk_ = new (std::nothrow) task_chunk;
+      if (chunk_ == nullptr) {
+        link(task);
+        return;
+      }
+      chunk_->node.waits_on.store(chunk_mark, std::memory_order_relaxed);
+      link(&chunk_->node);
+    }
+    chunk_->tasks[chunk_->count++] = task;
+  }
+  [[nodiscard]] task_header* first() const noexcept { return first_; }
+  [[nodiscard]] task_header* last() const noexcept { return last_; }
+  /// Tasks appended (not nodes).
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }
+
+ private:
+  void link(task_header* node) noexcept {
+    if (last_ != nullptr) {
+      last_->next = node;
+    } else {
+      first_ = node;
+    }
+    last_ = node;
+  }
+  task_header* first_ = nullptr;
+  task_header* last_ = nullptr;
+  task_chunk* chunk_ = nullptr;
+  std::size_t count_ = 0;
+};
+
 class inbox {
  public:
   inbox() noexcept : tail_(&stub_), head_(&stub_) {}
+  /// Frees the chunks still queued (their tasks are the owner's to drain
+  /// before: runtime shutdown empties every queue first).
+  ~inbox() {
+    delete partial_.load(std::memory_order_relaxed);
+    for (task_header* t = head_.load(std::memory_order_relaxed); t != nullptr;) {
+      task_header* next = link_of(t).load(std::memory_order_relaxed);
+      if (t != &stub_ && is_chunk(t)) delete chunk_of(t);
+      t = next;
+    }
+  }
   inbox(inbox const&) = delete;
   inbox& operator=(inbox const&) = delete;
 
@@ -50,6 +131,12 @@ class inbox {
     pushed_.fetch_add(count, std::memory_order_seq_cst);
   }
   void push(task_header* task) noexcept { push(task, task, 1); }
+
+  /// Appends a task_chain's run with one exchange (nothing when it is
+  /// empty). Any thread.
+  void push(task_chain const& chain) noexcept {
+    if (chain.count() != 0) push(chain.first(), chain.last(), chain.count());
+  }
 
   /// Acquires the consumer flag: true when the caller may take().
   [[nodiscard]] bool try_lock_consumer() noexcept {
@@ -69,8 +156,16 @@ class inbox {
   std::size_t take(task_header** out, std::size_t max, bool leave_last = false) noexcept {
     std::size_t n = 0;
     while (n < max) {
+      if (task_chunk* chunk = partial_.load(std::memory_order_relaxed)) {
+        n += take_from(chunk, out + n, max - n);
+        continue;
+      }
       task_header* task = pop_one(!leave_last || n == 0);
       if (task == nullptr) break;
+      if (is_chunk(task)) {
+        partial_.store(chunk_of(task), std::memory_order_relaxed);
+        continue;
+      }
       // No stale link: the task is the caller's now (a producer linked it
       // before pop_one could return it, and nobody writes it again).
       link_of(task).store(nullptr, std::memory_order_relaxed);
@@ -92,9 +187,19 @@ class inbox {
   /// every task take() could reach now, front to back.
   template <class Fn>
   void for_each(Fn&& fn) const {
+    auto each_of = [&fn](task_chunk const* chunk) {
+      for (std::uint32_t i = chunk->taken; i < chunk->count; ++i)
+        fn(chunk->tasks[i]);
+    };
+    if (task_chunk const* chunk = partial_.load(std::memory_order_relaxed)) each_of(chunk);
     for (task_header* t = head_.load(std::memory_order_relaxed); t != nullptr;
          t = link_of(t).load(std::memory_order_acquire)) {
-      if (t != &stub_) fn(t);
+      if (t == &stub_) continue;
+      if (is_chunk(t)) {
+        each_of(chunk_of(t));
+      } else {
+        fn(t);
+      }
     }
   }
 
@@ -106,8 +211,9 @@ class inbox {
   /// flag's RMW. A relaxed estimate while racing, as len().
   [[nodiscard]] bool may_hold_tasks() const noexcept {
     task_header const* head = head_.load(std::memory_order_relaxed);
-    return head != &stub_ || std::atomic_ref<task_header*>(const_cast<task_header&>(stub_).next)
-                                     .load(std::memory_order_relaxed) != nullptr;
+    return partial_.load(std::memory_order_relaxed) != nullptr || head != &stub_ ||
+           std::atomic_ref<task_header*>(const_cast<task_header&>(stub_).next)
+                   .load(std::memory_order_relaxed) != nullptr;
   }
 
   /// Tasks pushed and not yet taken (an estimate while racing; never
@@ -128,6 +234,28 @@ class inbox {
   // not counted them yet (the count follows the link).
   static std::size_t difference(std::uint64_t pushed, std::uint64_t taken) noexcept {
     return pushed > taken ? static_cast<std::size_t>(pushed - taken) : 0;
+  }
+
+  static bool is_chunk(task_header const* t) noexcept {
+    return t->waits_on.load(std::memory_order_relaxed) == chunk_mark;
+  }
+  static task_chunk* chunk_of(task_header* t) noexcept {
+    return reinterpret_cast<task_chunk*>(t);  // node is the first member
+  }
+  static task_chunk const* chunk_of(task_header const* t) noexcept {
+    return chunk_of(const_cast<task_header*>(t));
+  }
+  // Consumer: up to `max` of the chunk's tasks into out; frees the chunk
+  // with its last task.
+  std::size_t take_from(task_chunk* chunk, task_header** out, std::size_t max) noexcept {
+    std::size_t const n = std::min<std::size_t>(max, chunk->count - chunk->taken);
+    std::copy_n(chunk->tasks + chunk->taken, n, out);
+    chunk->taken += static_cast<std::uint32_t>(n);
+    if (chunk->taken == chunk->count) {
+      partial_.store(nullptr, std::memory_order_relaxed);
+      delete chunk;
+    }
+    return n;
   }
 
   static std::atomic_ref<task_header*> link_of(task_header* t) noexcept {
@@ -175,6 +303,9 @@ class inbox {
   // without the flag.
   std::atomic<task_header*> head_;
   std::atomic<std::uint64_t> taken_{0};  // written under consuming_
+  // A chunk the consumer took and has not emptied yet (written under
+  // consuming_; atomic so that may_hold_tasks() may read it).
+  std::atomic<task_chunk*> partial_{nullptr};
   alignas(64) task_header stub_;
 };
 

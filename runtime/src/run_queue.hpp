@@ -95,21 +95,11 @@ class run_queue {
     tail += static_cast<std::uint32_t>(fit);
     if (fit != 0) tail_.store(tail, std::memory_order_release);
     if (fit == n) return false;
-    // The rest, linked in order; in front of it half of the ring when the
-    // ring is full and no stealer holds a claim (claimed as push_overflow
-    // does; a stealer that claims first leaves the ring as it is).
-    task_header* first = nullptr;
-    task_header* prev = nullptr;
-    std::size_t count = 0;
-    auto append = [&](task_header* t) {
-      if (prev != nullptr) {
-        prev->next = t;
-      } else {
-        first = t;
-      }
-      prev = t;
-      ++count;
-    };
+    // The rest, in order, in chunks (task_chain); in front of it half of
+    // the ring when the ring is full and no stealer holds a claim (claimed
+    // as push_overflow does; a stealer that claims first leaves the ring as
+    // it is).
+    task_chain chain;
     head = head_.load(std::memory_order_acquire);
     real = real_of(head);
     if (steal_of(head) == real && tail - real == capacity) {
@@ -119,13 +109,13 @@ class run_queue {
                                         std::memory_order_release, std::memory_order_relaxed)) {
         for (std::uint32_t i = 0; i < overflow_batch; ++i) {
           task_header* t = slots_[(real + i) & mask].load(std::memory_order_relaxed);
-          if (drop_stale == nullptr || !drop_stale(t)) append(t);
+          if (drop_stale == nullptr || !drop_stale(t)) chain.append(t);
         }
       }
     }
     for (std::size_t i = fit; i < n; ++i)
-      append(tasks[i]);
-    overflow.push_batch(first, prev, count);
+      chain.append(tasks[i]);
+    overflow.push_chain(chain);
     return true;
   }
 
@@ -195,27 +185,16 @@ class run_queue {
                                        std::memory_order_relaxed)) {
       return false;
     }
-    // The claimed slots are ours now: link them (and `task`) into one batch.
-    task_header* first = nullptr;
-    task_header* prev = nullptr;
-    std::size_t n = 1;
+    // The claimed slots are ours now: they and `task` go as one chunk
+    // (task_chain: the consumer reads the pointers, not 129 links).
+    static_assert(overflow_batch + 1 <= task_chunk::capacity);
+    task_chain chain;
     for (std::uint32_t i = 0; i < overflow_batch; ++i) {
       task_header* t = slots_[(head + i) & mask].load(std::memory_order_relaxed);
-      if (drop_stale != nullptr && drop_stale(t)) continue;
-      if (prev != nullptr) {
-        prev->next = t;
-      } else {
-        first = t;
-      }
-      prev = t;
-      ++n;
+      if (drop_stale == nullptr || !drop_stale(t)) chain.append(t);
     }
-    if (prev != nullptr) {
-      prev->next = task;
-    } else {
-      first = task;
-    }
-    overflow.push_batch(first, task, n);
+    chain.append(task);
+    overflow.push_chain(chain);
     return true;
   }
 

@@ -475,9 +475,12 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
     core_.schedule_local_batch(w, out, n);
     return;
   }
-  for (std::size_t i = 0; i + 1 < n; ++i)
-    out[i]->next = out[i + 1];
-  core_.push_remote_batch(out[0], out[n - 1], n);
+  // In chunks (task_chain): the worker that takes the batch reads the
+  // pointers, not one link per task from this thread's cache.
+  task_chain chain;
+  for (std::size_t i = 0; i < n; ++i)
+    chain.append(out[i]);
+  core_.push_remote_batch(chain.first(), chain.last(), chain.count());
   owned_.leave(n);
 }
 

@@ -3,7 +3,9 @@
 //
 // Input: a byte string of operations: push one task, push_batch of 1..64
 // tasks linked by the caller (the last one's link left stale: push_batch must
-// end the list), pop, pop_batch with max 0..95 into an array with a sentinel
+// end the list), push_chain of 1..280 tasks in chunks (task_chain: up to 129
+// per chunk, so a long one is several chunks; each task's link left stale:
+// the chain clears it), pop, pop_batch with max 0..95 into an array with a sentinel
 // behind the last slot it may write. Tasks come from a pool of 256 and go
 // back to it when they come out, so the same headers pass through the queue
 // again and again; a push with the pool empty does nothing.
@@ -53,7 +55,11 @@ class harness {
       const std::uint8_t op = data[i];
       switch (op & 3) {
         case 0:
-          push(1, true);
+          if ((op & 4) != 0) {
+            push_chain(1 + std::size_t{op >> 3} * 9u);  // 1..280
+          } else {
+            push(1, true);
+          }
           break;
         case 1:
           push(1 + (op >> 2), false);  // 1..64
@@ -106,6 +112,19 @@ class harness {
     } else {
       queue_.push_batch(task(ids.front()), task(ids.back()), ids.size());
     }
+  }
+
+  void push_chain(std::size_t count) {
+    spindle::detail::task_chain chain;
+    while (chain.count() < count && !free_.empty()) {
+      std::size_t const id = free_.front();
+      free_.pop_front();
+      queued_[id] = true;
+      model_.push_back(id);
+      task(id)->next = task(pool_size - 1 - id);  // stale
+      chain.append(task(id));
+    }
+    queue_.push_chain(chain);
   }
 
   void pop() {
