@@ -56,7 +56,7 @@ class harness {
       switch (op & 3) {
         case 0:
           if ((op & 4) != 0) {
-            push_chain(1 + std::size_t{op >> 3} * 9u);  // 1..280
+            push_chain(1 + static_cast<std::size_t>(op >> 3) * 9u);  // 1..280
           } else {
             push(1, true);
           }
