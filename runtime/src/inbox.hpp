@@ -60,7 +60,7 @@ static_assert(static_cast<std::uint8_t>(wait_kind::fiber) < 0xff,
               "chunk_mark must be no enumerator of wait_kind");
 
 /// Builds a run of tasks, in order, that one exchange appends (inbox::push,
-/// global_queue::push_batch): the tasks go into task_chunks, linked one
+/// global_queue::push_chain): the tasks go into task_chunks, linked one
 /// after the other, so that a consumer reads their pointers from the
 /// chunks' lines instead of following a link into each task's header (a
 /// transfer from the pusher's cache per task, one after the other:

@@ -103,15 +103,7 @@ class run_queue {
     head = head_.load(std::memory_order_acquire);
     real = real_of(head);
     if (steal_of(head) == real && tail - real == capacity) {
-      std::uint64_t expected = pack(real, real);
-      if (head_.compare_exchange_strong(expected,
-                                        pack(real + overflow_batch, real + overflow_batch),
-                                        std::memory_order_release, std::memory_order_relaxed)) {
-        for (std::uint32_t i = 0; i < overflow_batch; ++i) {
-          task_header* t = slots_[(real + i) & mask].load(std::memory_order_relaxed);
-          if (drop_stale == nullptr || !drop_stale(t)) chain.append(t);
-        }
-      }
+      claim_front_half(real, chain, drop_stale);
     }
     for (std::size_t i = fit; i < n; ++i)
       chain.append(tasks[i]);
@@ -177,24 +169,30 @@ class run_queue {
 
   bool push_overflow(task_header* task, std::uint32_t head, std::uint32_t tail,
                      global_queue& overflow, stale_filter drop_stale) noexcept {
-    // Claim overflow_batch tasks from the front, as a stealer would.
-    std::uint64_t expected = pack(head, head);
-    std::uint64_t desired = pack(head + overflow_batch, head + overflow_batch);
     if (tail - head != capacity) return false;
-    if (!head_.compare_exchange_strong(expected, desired, std::memory_order_release,
-                                       std::memory_order_relaxed)) {
-      return false;
-    }
-    // The claimed slots are ours now: they and `task` go as one chunk
-    // (task_chain: the consumer reads the pointers, not 129 links).
+    // The claimed slots and `task` go as one chunk (task_chain: the
+    // consumer reads the pointers, not 129 links).
     static_assert(overflow_batch + 1 <= task_chunk::capacity);
     task_chain chain;
-    for (std::uint32_t i = 0; i < overflow_batch; ++i) {
-      task_header* t = slots_[(head + i) & mask].load(std::memory_order_relaxed);
-      if (drop_stale == nullptr || !drop_stale(t)) chain.append(t);
-    }
+    if (!claim_front_half(head, chain, drop_stale)) return false;
     chain.append(task);
     overflow.push_chain(chain);
+    return true;
+  }
+
+  // Claims overflow_batch tasks from the front at `real`, as a stealer
+  // would (false when a stealer or a pop moved the head first), and appends
+  // them to `chain` in order, stale entries released instead.
+  bool claim_front_half(std::uint32_t real, task_chain& chain, stale_filter drop_stale) noexcept {
+    std::uint64_t expected = pack(real, real);
+    if (!head_.compare_exchange_strong(expected, pack(real + overflow_batch, real + overflow_batch),
+                                       std::memory_order_release, std::memory_order_relaxed)) {
+      return false;
+    }
+    for (std::uint32_t i = 0; i < overflow_batch; ++i) {
+      task_header* t = slots_[(real + i) & mask].load(std::memory_order_relaxed);
+      if (drop_stale == nullptr || !drop_stale(t)) chain.append(t);
+    }
     return true;
   }
 

@@ -31,12 +31,12 @@ namespace {
 using spindle::detail::global_queue;
 using spindle::detail::task_header;
 
-[[noreturn]] void fail(const char* what, long long got, long long want) {
+[[noreturn]] void fail(char const* what, long long got, long long want) {
   std::fprintf(stderr, "fuzz_global_queue: %s: got %lld, want %lld\n", what, got, want);
   std::abort();
 }
 
-void expect_eq(const char* what, long long got, long long want) {
+void expect_eq(char const* what, long long got, long long want) {
   if (got != want) fail(what, got, want);
 }
 
@@ -50,7 +50,7 @@ class harness {
       free_.push_back(i);
   }
 
-  void run(const std::uint8_t* data, std::size_t size) {
+  void run(std::uint8_t const* data, std::size_t size) {
     for (std::size_t i = 0; i < size; ++i) {
       const std::uint8_t op = data[i];
       switch (op & 3) {
@@ -128,8 +128,8 @@ class harness {
   }
 
   void pop() {
-    const long long got = id_of(queue_.pop());
-    const long long want = model_.empty() ? none : static_cast<long long>(model_.front());
+    long long const got = id_of(queue_.pop());
+    long long const want = model_.empty() ? none : static_cast<long long>(model_.front());
     expect_eq("pop", got, want);
     if (got == none) return;
     expect_eq("popped task keeps a link", id_of(task(got)->next), none);
@@ -144,7 +144,7 @@ class harness {
     expect_eq("pop_batch count", static_cast<long long>(n),
               static_cast<long long>(std::min(max, model_.size())));
     for (std::size_t k = 0; k < n; ++k) {
-      const long long got = id_of(out[k]);
+      long long const got = id_of(out[k]);
       expect_eq("pop_batch order", got, static_cast<long long>(model_.front()));
       expect_eq("popped task keeps a link", id_of(out[k]->next), none);
       model_.pop_front();
@@ -168,7 +168,7 @@ class harness {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size) {
   auto h = std::make_unique<harness>();
   h->run(data, size);
   return 0;
