@@ -188,10 +188,12 @@ TEST(FoldPool, ConcurrentRunsTakeTurnsAndAllSucceed) {
 
 // A chain stays private (its owner counts its children's results without
 // atomics) until a steal from the owner's deque makes the owner settle it.
-// Here, on one thread, participant 1 steals every node participant 0's walk
-// of the root left in its deque before participant 0 pops any: all of the
-// root's results arrive from participant 1, and only participant 0's
-// settling (on finding its deque empty) can finish the root.
+// Here, on one thread, participant 0's walk of the root leaves the root's
+// children in its deque, and shares them all (a pop shares half when a
+// thief asks; sharing all is the extreme); participant 1 steals every one
+// before participant 0 pops any: all of the root's results arrive from
+// participant 1, and only participant 0's settling (on finding its deque
+// empty) can finish the root.
 TEST(FoldWalk, AChainWhoseChildrenWereAllStolenIsFinishedByItsOwnersSettling) {
   for (tree const& t : {tree{shape::binary, 6}, tree{shape::wide, 12}, tree{shape::random, 8}}) {
     result want = sequential(t, count_fold{}, node{1, 0});
@@ -200,8 +202,12 @@ TEST(FoldWalk, AChainWhoseChildrenWereAllStolenIsFinishedByItsOwnersSettling) {
                                                            2);
     st.start(st.part(0), node{1, 0});
     ASSERT_FALSE(st.root_done());
+    std::size_t children = st.part(0).deque.size();
+    ASSERT_GE(children, 2u);
+    st.part(0).deque.share(static_cast<std::uint32_t>(children));
     st.participate(st.part(1), true);  // steals it all, then gives up idle
-    EXPECT_GE(st.part(0).deque.stolen(), 2) << static_cast<int>(t.kind);
+    EXPECT_EQ(st.part(0).deque.stolen(), static_cast<std::int64_t>(children))
+        << static_cast<int>(t.kind);
     EXPECT_FALSE(st.root_done()) << "the root finished before its owner settled it";
     st.participate(st.part(0), false);
     ASSERT_TRUE(st.root_done());

@@ -46,7 +46,7 @@
 //
 // Thread-safety: internal to spindle/fold.hpp.
 // Design source: hylic's fold pool (its funnel executor: CPS walk, arenas,
-// per-worker deques); Chase-Lev stealing (fold_deque.hpp).
+// per-worker deques); split-deque stealing (fold_deque.hpp, after Lace).
 #pragma once
 
 #include <atomic>
