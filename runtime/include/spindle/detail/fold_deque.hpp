@@ -59,6 +59,10 @@
 
 namespace spindle::detail {
 
+// The friend fold_deque declares for tests (tests/fuzz/fuzz_fold_deque.cpp):
+// a start position, and a steal in two steps (a stalled thief).
+struct fold_deque_test_access;
+
 template <class T>
 class fold_deque {
  public:
@@ -70,7 +74,7 @@ class fold_deque {
   fold_deque(fold_deque const&) = delete;
   fold_deque& operator=(fold_deque const&) = delete;
 
-  /// Owner: pushes `item` at the bottom, private (may allocate a larger
+  /// Owner: pushes `item` (not null) at the bottom, private (may allocate a larger
   /// ring; std::bad_alloc then, with nothing pushed). Always inlined (a
   /// fold's walk pushes every child; the rare growth is out of line).
   [[gnu::always_inline]] void push(T* item) {
@@ -116,19 +120,8 @@ class fold_deque {
   /// another thief won it. Finding the public part empty asks the owner
   /// to share (want), so a later attempt finds work if the owner has any.
   [[nodiscard]] T* steal() noexcept {
-    std::uint64_t w = word_.load(std::memory_order_acquire);
-    std::uint32_t t = top_of(w);
-    if (t == split_of(w)) {
-      if (!want_.load(std::memory_order_relaxed)) want_.store(true, std::memory_order_relaxed);
-      return nullptr;
-    }
-    ring* a = array_.load(std::memory_order_acquire);
-    T* item = a->slots[t & a->mask].load(std::memory_order_relaxed);
-    if (!word_.compare_exchange_strong(w, with_top(w, t + 1), std::memory_order_acq_rel,
-                                       std::memory_order_relaxed)) {
-      return nullptr;
-    }
-    return item;
+    attempt a = steal_read();
+    return a.item != nullptr ? steal_commit(a) : nullptr;
   }
 
   /// Owner: the number of items, public and private (exact: thieves only
@@ -154,6 +147,34 @@ class fold_deque {
   }
   static constexpr std::uint64_t pack(std::uint32_t t, std::uint32_t s) noexcept {
     return (std::uint64_t{s} << 32) | t;
+  }
+
+  friend struct fold_deque_test_access;
+
+  // A steal's two steps: read the word and the oldest public item (nullptr
+  // when there is none: then ask the owner to share), then take it if the
+  // word is still what was read.
+  struct attempt {
+    std::uint64_t word;
+    T* item;
+  };
+  [[gnu::always_inline]] attempt steal_read() noexcept {
+    std::uint64_t w = word_.load(std::memory_order_acquire);
+    std::uint32_t t = top_of(w);
+    if (t == split_of(w)) {
+      if (!want_.load(std::memory_order_relaxed)) want_.store(true, std::memory_order_relaxed);
+      return {w, nullptr};
+    }
+    ring* a = array_.load(std::memory_order_acquire);
+    return {w, a->slots[t & a->mask].load(std::memory_order_relaxed)};
+  }
+  [[gnu::always_inline]] T* steal_commit(attempt a) noexcept {
+    std::uint64_t w = a.word;
+    if (!word_.compare_exchange_strong(w, with_top(w, top_of(w) + 1), std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+      return nullptr;
+    }
+    return a.item;
   }
 
   static std::unique_ptr<ring> make_ring(std::uint32_t capacity) {
