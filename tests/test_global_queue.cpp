@@ -109,6 +109,44 @@ TEST(GlobalQueue, AChainOfChunksIsTakenInOrderAcrossTakes) {
   }
 }
 
+// Past its chunk budget a chain links its tasks (a long backlog in chunks
+// costs 8 bytes a task): the first `chunked` go into chunks, the rest
+// follow linked, and they come out in order across the two kinds.
+TEST(GlobalQueue, AChainPastItsChunkBudgetLinksTheRestInOrder) {
+  EXPECT_EQ(task_chain::chunk_room(0), task_chain::chunk_backlog);
+  EXPECT_EQ(task_chain::chunk_room(100), task_chain::chunk_backlog - 100);
+  EXPECT_EQ(task_chain::chunk_room(task_chain::chunk_backlog), 0u);
+  EXPECT_EQ(task_chain::chunk_room(task_chain::chunk_backlog + 5), 0u);
+  fake_tasks tasks(300);
+  global_queue q;
+  tasks[200]->next = tasks[3];  // stale
+  task_chain chain(135);
+  for (std::size_t i = 0; i < 300; ++i)
+    chain.append(tasks[i]);
+  EXPECT_EQ(chain.count(), 300u);
+  EXPECT_EQ(chain.last(), tasks[299]) << "the tasks past the budget are linked";
+  q.push_chain(chain);
+  EXPECT_EQ(q.len(), 300u);
+  std::vector<task_header*> got(300, nullptr);
+  ASSERT_EQ(q.pop_batch(got.data(), 100), 100u);
+  ASSERT_EQ(q.pop_batch(got.data() + 100, 200), 200u);
+  for (std::size_t i = 0; i < 300; ++i) {
+    EXPECT_EQ(got[i], tasks[i]) << i;
+    EXPECT_EQ(got[i]->next, nullptr) << i;
+  }
+  EXPECT_TRUE(q.is_empty());
+  // No budget at all: every task linked, as before chunks.
+  task_chain linked(0);
+  for (std::size_t i = 0; i < 10; ++i)
+    linked.append(tasks[i]);
+  EXPECT_EQ(linked.first(), tasks[0]);
+  EXPECT_EQ(linked.last(), tasks[9]);
+  q.push_chain(linked);
+  for (std::size_t i = 0; i < 10; ++i)
+    ASSERT_EQ(q.pop(), tasks[i]) << i;
+  EXPECT_EQ(q.pop(), nullptr);
+}
+
 TEST(GlobalQueue, PushBatchAppendsInOrder) {
   fake_tasks tasks(20);
   global_queue q;

@@ -124,7 +124,7 @@ void scheduler_core::schedule_local_batch(worker* w, task_header* const* tasks,
                                           std::size_t n) noexcept {
   if (n == 0) return;
   if (w->transitioning_to_park.load(std::memory_order_relaxed)) {
-    task_chain chain;
+    task_chain chain(task_chain::chunk_room(inject.len()));
     for (std::size_t i = 0; i < n; ++i)
       chain.append(tasks[i]);
     push_global(chain.first(), chain.last(), chain.count());

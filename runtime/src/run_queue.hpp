@@ -99,7 +99,7 @@ class run_queue {
     // the ring when the ring is full and no stealer holds a claim (claimed
     // as push_overflow does; a stealer that claims first leaves the ring as
     // it is).
-    task_chain chain;
+    task_chain chain(task_chain::chunk_room(overflow.len()));
     head = head_.load(std::memory_order_acquire);
     real = real_of(head);
     if (steal_of(head) == real && tail - real == capacity) {
@@ -173,7 +173,7 @@ class run_queue {
     // The claimed slots and `task` go as one chunk (task_chain: the
     // consumer reads the pointers, not 129 links).
     static_assert(overflow_batch + 1 <= task_chunk::capacity);
-    task_chain chain;
+    task_chain chain(task_chain::chunk_room(overflow.len()));
     if (!claim_front_half(head, chain, drop_stale)) return false;
     chain.append(task);
     overflow.push_chain(chain);

@@ -476,7 +476,9 @@ void scheduler::spawn_batch(spawn_root_entry const* roots, task_header** out, st
     return;
   }
   // In chunks (task_chain): the worker that takes the batch reads the
-  // pointers, not one link per task from this thread's cache.
+  // pointers, not one link per task from this thread's cache. The queue is
+  // chosen at the push, so the batch's first chunk_backlog tasks go into
+  // chunks whatever it holds already.
   task_chain chain;
   for (std::size_t i = 0; i < n; ++i)
     chain.append(out[i]);

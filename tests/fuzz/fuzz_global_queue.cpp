@@ -5,7 +5,8 @@
 // tasks linked by the caller (the last one's link left stale: push_batch must
 // end the list), push_chain of 1..280 tasks in chunks (task_chain: up to 129
 // per chunk, so a long one is several chunks; each task's link left stale:
-// the chain clears it), pop, pop_batch with max 0..95 into an array with a sentinel
+// the chain clears it; every third one with a chunk budget of a third of its
+// tasks, the rest linked after them), pop, pop_batch with max 0..95 into an array with a sentinel
 // behind the last slot it may write. Tasks come from a pool of 256 and go
 // back to it when they come out, so the same headers pass through the queue
 // again and again; a push with the pool empty does nothing.
@@ -115,7 +116,9 @@ class harness {
   }
 
   void push_chain(std::size_t count) {
-    spindle::detail::task_chain chain;
+    ++chains_;
+    spindle::detail::task_chain chain(
+        chains_ % 3 == 0 ? count / 3 : spindle::detail::task_chain::chunk_backlog);
     while (chain.count() < count && !free_.empty()) {
       std::size_t const id = free_.front();
       free_.pop_front();
@@ -164,6 +167,7 @@ class harness {
   std::deque<std::size_t> free_;
   global_queue queue_;
   std::deque<std::size_t> model_;
+  std::size_t chains_ = 0;
 };
 
 }  // namespace
