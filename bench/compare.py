@@ -610,8 +610,8 @@ RUNTIME_TARGETS = [
     # the general spawn/join for reference; the same with oneTBB.
     ("fib_30 vs libfork, spindle::fold", "fib_30", "libfork", 1.0, "fib_fold_30"),
     ("fib_35 vs libfork, spindle::fold", "fib_35", "libfork", 1.0, "fib_fold_35"),
-    ("fib_30 vs libfork, spawn/join", "fib_30", "libfork", 1.0),
-    ("fib_35 vs libfork, spawn/join", "fib_35", "libfork", 1.0),
+    ("fib_30 vs libfork, spawn/join (general path; for reference)", "fib_30", "libfork", 1.0),
+    ("fib_35 vs libfork, spawn/join (general path; for reference)", "fib_35", "libfork", 1.0),
     ("fib_30 vs oneTBB, spindle::fold", "fib_30", "onetbb", 1.0, "fib_fold_30"),
     ("fib_35 vs oneTBB, spindle::fold", "fib_35", "onetbb", 1.0, "fib_fold_35"),
 ]
