@@ -24,7 +24,10 @@
 //
 // No coroutine frame and no heap allocation per node once warm: pending
 // nodes are continuations in per-fold arenas (detail/fold_walk.hpp), work is
-// shared through per-participant Chase-Lev deques (detail/fold_deque.hpp).
+// shared through per-participant split deques (detail/fold_deque.hpp, after
+// Lace): a participant's newer pending nodes are its own, and it shares the
+// older half of them when another participant finds nothing to take, at
+// its next node (a thief waits at most one node of the owner's).
 //
 // Errors: the first exception thrown by init, accumulate, finalize or
 // children stops the fold (no node is started afterwards; nodes already
