@@ -73,10 +73,10 @@ static_assert(static_cast<std::uint8_t>(wait_kind::fiber) < 0xff,
 /// against 112.2 linked, and with 2 workers 112.2-117.9 depending on how
 /// far the other worker fell behind. So only the first `chunked` tasks of
 /// a chain go into chunks and the rest are linked; the pushers pass
-/// chunk_room(the target queue's length), which keeps the tasks held in
-/// chunks of one queue near chunk_backlog (16,384: 128 KiB), far above
-/// the 10,000 tasks of spawn_many_local. One thread; the run must be
-/// pushed (an empty one needs not be).
+/// chunk_room(the target queue's length), so a queue's tasks go into
+/// chunks only while it holds fewer than chunk_backlog (16,384: at most
+/// 128 KiB of pointers), above the 10,000 tasks of spawn_many_local. One
+/// thread; the run must be pushed (an empty one needs not be).
 class task_chain {
  public:
   /// Tasks of one queue held in chunks, beyond which pushers link.
