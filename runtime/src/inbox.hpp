@@ -79,7 +79,8 @@ static_assert(static_cast<std::uint8_t>(wait_kind::fiber) < 0xff,
 /// thread; the run must be pushed (an empty one needs not be).
 class task_chain {
  public:
-  /// Tasks of one queue held in chunks, beyond which pushers link.
+  /// The queue length (tasks waiting) from which pushers link instead of
+  /// putting tasks into chunks.
   static constexpr std::size_t chunk_backlog = 16384;
   /// How many more tasks may go into chunks when `queued` wait already.
   [[nodiscard]] static std::size_t chunk_room(std::size_t queued) noexcept {
